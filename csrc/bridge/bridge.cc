@@ -1,0 +1,511 @@
+// XLA TensorImpl, dtype mapping, the boxed kernel that runs op-table rows, the CPU fallback, and
+// the few kernels that move data between host and device.
+#include "bridge/bridge.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+
+#include "ops/op_table.h"
+#include "util/metrics.h"
+
+namespace txla::bridge {
+
+using ir::DType;
+
+// ------------------------------------------------------------------ dtypes
+at::ScalarType ToScalarType(DType t) {
+  switch (t) {
+    case DType::kPred: return at::kBool;
+    case DType::kS8: return at::kChar;
+    case DType::kS16: return at::kShort;
+    case DType::kS32: return at::kInt;
+    case DType::kS64: return at::kLong;
+    case DType::kU8: return at::kByte;
+    case DType::kU16: return at::kUInt16;
+    case DType::kU32: return at::kUInt32;
+    case DType::kU64: return at::kUInt64;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kF32: return at::kFloat;
+    case DType::kF64: return at::kDouble;
+    case DType::kC64: return at::kComplexFloat;
+    case DType::kC128: return at::kComplexDouble;
+  }
+  return at::kFloat;
+}
+
+DType ToDType(at::ScalarType t) {
+  switch (t) {
+    case at::kBool: return DType::kPred;
+    case at::kChar: return DType::kS8;
+    case at::kShort: return DType::kS16;
+    case at::kInt: return DType::kS32;
+    case at::kLong: return DType::kS64;
+    case at::kByte: return DType::kU8;
+    case at::kUInt16: return DType::kU16;
+    case at::kUInt32: return DType::kU32;
+    case at::kUInt64: return DType::kU64;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kFloat: return DType::kF32;
+    case at::kDouble: return DType::kF64;
+    case at::kComplexFloat: return DType::kC64;
+    case at::kComplexDouble: return DType::kC128;
+    default:
+      throw c10::TypeError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                           std::string("XLA tensors do not support dtype ") + c10::toString(t));
+  }
+}
+
+// ------------------------------------------------------------------ TensorImpl
+XLATensorImpl::XLATensorImpl(graph::TensorPtr t)
+    : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::XLA),
+                      caffe2::TypeMeta::fromScalarType(ToScalarType(t->shape().dtype)),
+                      c10::Device(c10::DeviceType::XLA, static_cast<c10::DeviceIndex>(t->device()))),
+      tensor_(std::move(t)) {
+  set_storage_access_should_throw();
+  RefreshSizes();
+}
+
+void XLATensorImpl::RefreshSizes() {
+  const auto& dims = tensor_->shape().dims;
+  set_sizes_contiguous(c10::IntArrayRef(dims.data(), dims.size()));
+  is_non_overlapping_and_dense_ = true;
+}
+
+void XLATensorImpl::set_tensor(graph::TensorPtr t) {
+  tensor_ = std::move(t);
+  data_type_ = caffe2::TypeMeta::fromScalarType(ToScalarType(tensor_->shape().dtype));
+  RefreshSizes();
+}
+
+c10::intrusive_ptr<c10::TensorImpl> XLATensorImpl::shallow_copy_and_detach(const c10::VariableVersion& version_counter,
+                                                                         bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<XLATensorImpl>(tensor_);
+  copy_tensor_metadata(this, impl.get(), version_counter, allow_tensor_metadata_change);
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> XLATensorImpl::shallow_copy_and_detach(c10::VariableVersion&& version_counter,
+                                                                         bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<XLATensorImpl>(tensor_);
+  copy_tensor_metadata(this, impl.get(), std::move(version_counter), allow_tensor_metadata_change);
+  return impl;
+}
+
+void XLATensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
+  auto* other = dynamic_cast<XLATensorImpl*>(impl.get());
+  TORCH_CHECK(other, "cannot shallow-copy a non-XLA tensor into an XLA tensor");
+  copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
+  tensor_ = other->tensor_;
+}
+
+// ------------------------------------------------------------------ conversions
+graph::TensorPtr TryGetXla(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  auto* impl = dynamic_cast<XLATensorImpl*>(t.unsafeGetTensorImpl());
+  return impl ? impl->tensor() : nullptr;
+}
+
+graph::TensorPtr XlaFromUser(const at::Tensor& t) {
+  at::Tensor inner = t;
+  if (at::functionalization::impl::isFunctionalTensor(t)) {
+    at::functionalization::impl::sync(t);
+    inner = at::functionalization::impl::from_functional_tensor(t);
+  }
+  auto x = TryGetXla(inner);
+  if (!x) {
+    throw std::invalid_argument("expected a tensor on an XLA device, got one on " +
+                                (t.defined() ? t.device().str() : std::string("<undefined>")));
+  }
+  return x;
+}
+
+at::Tensor MakeXla(graph::TensorPtr t) {
+  at::Tensor out(c10::make_intrusive<XLATensorImpl>(std::move(t)));
+  // Below the Functionalize key (inside a functionalized op) we return plain tensors: the
+  // Functionalize kernel wraps them. Elsewhere (factories) we wrap here.
+  if (c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize)) return out;
+  return at::functionalization::impl::to_functional_tensor(out);
+}
+
+at::Tensor ToCpu(const graph::TensorPtr& t) {
+  const auto& dims = t->shape().dims;
+  at::Tensor cpu = at::empty(c10::IntArrayRef(dims.data(), dims.size()),
+                             at::TensorOptions().dtype(ToScalarType(t->shape().dtype)).device(at::kCPU));
+  graph::TensorToHost(t, cpu.data_ptr());
+  return cpu;
+}
+
+graph::TensorPtr FromCpu(const at::Tensor& cpu_in, int device) {
+  at::Tensor cpu = cpu_in.contiguous();
+  ir::Shape shape(ToDType(cpu.scalar_type()), std::vector<int64_t>(cpu.sizes().begin(), cpu.sizes().end()));
+  return graph::TensorFromHost(cpu.data_ptr(), shape, device);
+}
+
+// ------------------------------------------------------------------ row kernel
+namespace {
+
+enum class ArgClass { kTensor, kTensorList, kOptTensorList, kScalar, kDType, kDevice, kString, kIntList, kBoolList,
+                      kInt, kDouble, kBool, kOther };
+
+ArgClass Classify(const c10::Argument& arg) {
+  c10::TypePtr t = arg.real_type();
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType: return ArgClass::kTensor;
+    case c10::TypeKind::NumberType: return ArgClass::kScalar;
+    case c10::TypeKind::ScalarTypeType: return ArgClass::kDType;
+    case c10::TypeKind::DeviceObjType: return ArgClass::kDevice;
+    case c10::TypeKind::StringType: return ArgClass::kString;
+    case c10::TypeKind::IntType: case c10::TypeKind::SymIntType: return ArgClass::kInt;
+    case c10::TypeKind::FloatType: return ArgClass::kDouble;
+    case c10::TypeKind::BoolType: return ArgClass::kBool;
+    case c10::TypeKind::ListType: {
+      auto el = t->cast<c10::ListType>()->getElementType();
+      if (el->kind() == c10::TypeKind::TensorType) return ArgClass::kTensorList;
+      if (auto o = el->cast<c10::OptionalType>()) {
+        if (o->getElementType()->kind() == c10::TypeKind::TensorType) return ArgClass::kOptTensorList;
+      }
+      if (el->kind() == c10::TypeKind::IntType || el->kind() == c10::TypeKind::SymIntType) return ArgClass::kIntList;
+      if (el->kind() == c10::TypeKind::BoolType) return ArgClass::kBoolList;
+      return ArgClass::kOther;
+    }
+    default: return ArgClass::kOther;
+  }
+}
+
+ops::Scalar ToScalar(const c10::IValue& v) {
+  ops::Scalar s;
+  if (v.isBool()) { s.kind = ops::Scalar::kBool; s.i = v.toBool(); }
+  else if (v.isInt()) { s.kind = ops::Scalar::kInt; s.i = v.toInt(); }
+  else if (v.isSymInt()) { s.kind = ops::Scalar::kInt; s.i = v.toSymInt().guard_int(__FILE__, __LINE__); }
+  else if (v.isDouble()) { s.kind = ops::Scalar::kFloat; s.f = v.toDouble(); }
+  else if (v.isSymFloat()) { s.kind = ops::Scalar::kFloat; s.f = v.toSymFloat().guard_float(__FILE__, __LINE__); }
+  else if (v.isComplexDouble()) { s.kind = ops::Scalar::kComplex; s.f = v.toComplexDouble().real(); }
+  else {
+    at::Scalar sc = v.toScalar();
+    if (sc.isIntegral(false)) { s.kind = ops::Scalar::kInt; s.i = sc.toLong(); }
+    else { s.kind = ops::Scalar::kFloat; s.f = sc.toDouble(); }
+  }
+  return s;
+}
+
+std::vector<int64_t> ToInts(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const auto& e : v.toListRef()) {
+    if (e.isSymInt()) out.push_back(e.toSymInt().guard_int(__FILE__, __LINE__));
+    else if (e.isBool()) out.push_back(e.toBool());
+    else out.push_back(e.toInt());
+  }
+  return out;
+}
+
+class RowKernel : public c10::OperatorKernel {
+ public:
+  explicit RowKernel(const ops::OpRow* row)
+      : row_(row), allow_cpu_tensors_(row->aten == "copy"),
+        counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    counter_->fetch_add(1, std::memory_order_relaxed);
+    const auto& schema = op.schema();
+    if (classes_.empty()) {
+      for (const auto& a : schema.arguments()) classes_.push_back(Classify(a));
+    }
+    size_t n = schema.arguments().size();
+    auto ivs = torch::jit::last(*stack, n);
+    ops::OpArgs args;
+    args.op_name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+    args.args.resize(n);
+    int device = FindDevice(ivs);
+    args.device = device;
+    for (size_t i = 0; i < n; ++i) Convert(ivs[i], classes_[i], device, &args.args[i]);
+    std::vector<ir::Value> outs;
+    try {
+      outs = row_->fn(args);
+    } catch (const ir::ShapeError& e) {
+      std::string msg = e.what();
+      if (msg.rfind(args.op_name, 0) != 0) msg = args.op_name + ": " + msg;
+      throw c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
+    }
+    // Arguments written by the op (out=, in-place) are returned as themselves.
+    std::vector<c10::IValue> results;
+    const auto& rets = schema.returns();
+    for (size_t r = 0; r < rets.size(); ++r) {
+      const auto& ret = rets[r];
+      if (ret.type()->kind() == c10::TypeKind::ListType) {
+        c10::List<at::Tensor> list;
+        for (size_t k = r; k < outs.size(); ++k) list.push_back(Wrap(outs[k], device));
+        results.emplace_back(std::move(list));
+        break;
+      }
+      int aliased = AliasedArgument(schema, ret);
+      if (aliased >= 0) {
+        at::Tensor dst = ivs[aliased].toTensor();
+        Assign(dst, outs.at(r));
+        results.emplace_back(dst);
+      } else {
+        results.emplace_back(r < outs.size() ? Wrap(outs[r], device) : at::Tensor());
+      }
+    }
+    torch::jit::drop(*stack, n);
+    for (auto& v : results) stack->push_back(std::move(v));
+  }
+
+ private:
+  static at::Tensor Wrap(const ir::Value& v, int device) {
+    if (!v) return at::Tensor();
+    return MakeXla(graph::TensorFromValue(v, device));
+  }
+
+  static int AliasedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+    if (!ret.alias_info() || !ret.alias_info()->isWrite()) return -1;
+    const auto& args = schema.arguments();
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].alias_info() && args[i].alias_info()->isWrite() &&
+          args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
+  static void Assign(const at::Tensor& dst, const ir::Value& v) {
+    auto* impl = dynamic_cast<XLATensorImpl*>(dst.unsafeGetTensorImpl());
+    TORCH_CHECK(impl, "out= tensor must be an XLA tensor");
+    if (impl->tensor()->shape() == v.shape()) {
+      impl->tensor()->SetPending(v);
+    } else {
+      impl->set_tensor(graph::TensorFromValue(v, impl->tensor()->device()));
+    }
+  }
+
+  int FindDevice(c10::ArrayRef<c10::IValue> ivs) const {
+    for (size_t i = 0; i < ivs.size(); ++i) {
+      const auto& v = ivs[i];
+      if (classes_[i] == ArgClass::kTensor && v.isTensor()) {
+        if (auto x = TryGetXla(v.toTensor())) return x->device();
+      } else if (classes_[i] == ArgClass::kTensorList && v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList().vec()) {
+          if (auto x = TryGetXla(t)) return x->device();
+        }
+      }
+    }
+    for (size_t i = 0; i < ivs.size(); ++i) {
+      if (classes_[i] == ArgClass::kDevice && ivs[i].isDevice()) {
+        auto d = ivs[i].toDevice();
+        if (d.type() == c10::DeviceType::XLA) return d.has_index() ? d.index() : 0;
+      }
+    }
+    return 0;
+  }
+
+  ops::TensorArg TensorArgOf(const at::Tensor& t, int device) const {
+    ops::TensorArg ta;
+    if (!t.defined()) return ta;
+    if (auto x = TryGetXla(t)) {
+      ta.v = x->GetValue();
+      return ta;
+    }
+    if (t.device().is_cpu() && t.dim() == 0) {
+      // A CPU scalar (Python number or 0-dim tensor) joins the graph as a cached input.
+      ta.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
+      DType dt = ToDType(t.scalar_type());
+      at::Scalar s = t.item();
+      if (s.isFloatingPoint()) ta.v = graph::ScalarValue(s.toDouble(), 0, dt, device);
+      else if (s.isComplex()) ta.v = graph::ScalarValue(s.toComplexDouble().real(), 0, dt, device);
+      else ta.v = graph::ScalarValue(static_cast<double>(s.toLong()), s.toLong(), dt, device);
+      return ta;
+    }
+    if (allow_cpu_tensors_ && t.device().is_cpu()) {
+      ta.v = FromCpu(t, device)->GetValue();
+      return ta;
+    }
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, xla:", device,
+                " and ", t.device(), "! (in ", row_->aten, ")");
+  }
+
+  void Convert(const c10::IValue& v, ArgClass cls, int device, ops::Arg* out) const {
+    if (v.isNone()) { out->kind = ops::Arg::kNone; return; }
+    switch (cls) {
+      case ArgClass::kTensor:
+        out->kind = ops::Arg::kTensor;
+        out->t = TensorArgOf(v.toTensor(), device);
+        if (!out->t.defined()) out->kind = ops::Arg::kNone;
+        return;
+      case ArgClass::kTensorList:
+        out->kind = ops::Arg::kTensorList;
+        for (const at::Tensor& t : v.toTensorList().vec()) out->tl.push_back(TensorArgOf(t, device));
+        return;
+      case ArgClass::kOptTensorList:
+        out->kind = ops::Arg::kOptTensorList;
+        for (const auto& e : v.toListRef()) {
+          out->tl.push_back(e.isNone() ? ops::TensorArg{} : TensorArgOf(e.toTensor(), device));
+        }
+        return;
+      case ArgClass::kScalar: out->kind = ops::Arg::kScalar; out->s = ToScalar(v); return;
+      case ArgClass::kDType: out->kind = ops::Arg::kDType; out->dtype = ToDType(v.toScalarType()); return;
+      case ArgClass::kDevice: out->kind = ops::Arg::kDevice; out->i = v.toDevice().index(); return;
+      case ArgClass::kString: out->kind = ops::Arg::kString; out->str = v.toStringRef(); return;
+      case ArgClass::kIntList: case ArgClass::kBoolList:
+        out->kind = ops::Arg::kIntList; out->il = ToInts(v); return;
+      case ArgClass::kInt:
+        out->kind = ops::Arg::kInt;
+        out->i = v.isSymInt() ? v.toSymInt().guard_int(__FILE__, __LINE__) : v.toInt();
+        return;
+      case ArgClass::kDouble: out->kind = ops::Arg::kDouble; out->f = v.toDouble(); return;
+      case ArgClass::kBool: out->kind = ops::Arg::kBool; out->b = v.toBool(); return;
+      case ArgClass::kOther: out->kind = ops::Arg::kOther; return;
+    }
+  }
+
+  const ops::OpRow* row_;
+  bool allow_cpu_tensors_;
+  std::atomic<int64_t>* counter_;
+  mutable std::vector<ArgClass> classes_;
+};
+
+// ------------------------------------------------------------------ fallback and data movement
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  metrics::IncrementCounter(op.schema().name());
+  static bool debug = [] {
+    const char* e = std::getenv("PT_XLA_DEBUG");
+    return e && *e && std::string(e) != "0";
+  }();
+  if (debug) {
+    std::fprintf(stderr, "[PT_XLA_DEBUG] op %s is not lowered: running it on the CPU (fallback)\n",
+                 op.schema().name().c_str());
+  }
+  at::native::cpu_fallback(op, stack);
+}
+
+void CopyInto(const at::Tensor& self, const at::Tensor& src) {
+  auto dst = TryGetXla(self);
+  if (dst) {
+    ir::Value v;
+    if (auto s = TryGetXla(src)) {
+      v = s->GetValue();
+      if (s->device() != dst->device()) v = FromCpu(ToCpu(s), dst->device())->GetValue();
+    } else {
+      v = FromCpu(src.to(self.scalar_type()), dst->device())->GetValue();
+    }
+    dst->SetPending(ops::BroadcastTo(ops::Cast(v, dst->shape().dtype), dst->shape().dims));
+    return;
+  }
+  auto s = TryGetXla(src);
+  TORCH_CHECK(s, "copy_: expected an XLA tensor on one side");
+  self.copy_(ToCpu(s));
+}
+
+at::Tensor& Copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
+  CopyInto(self, src);
+  return self;
+}
+
+at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  CopyInto(dst, self);
+  return dst;
+}
+
+at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  if (auto* impl = dynamic_cast<XLATensorImpl*>(dst.unsafeGetTensorImpl())) {
+    if (impl->tensor()->shape().dims != std::vector<int64_t>(self.sizes().begin(), self.sizes().end())) {
+      ir::Shape s(impl->tensor()->shape().dtype, std::vector<int64_t>(self.sizes().begin(), self.sizes().end()));
+      impl->set_tensor(graph::TensorFromValue(ir::Full(0, s), impl->tensor()->device()));
+    }
+  } else if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+  }
+  CopyInto(dst, self);
+  return dst;
+}
+
+at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                  std::optional<at::Device> device, std::optional<bool>, bool, std::optional<at::MemoryFormat>) {
+  auto x = TryGetXla(self);
+  at::ScalarType st = dtype.value_or(self.scalar_type());
+  if (!x) {
+    // Host -> device upload (e.g. cpu_tensor.to("xla")).
+    TORCH_CHECK(self.device().is_cpu(), "_to_copy: cannot copy from ", self.device(), " to an XLA device");
+    int target = device && device->has_index() ? device->index() : 0;
+    return MakeXla(FromCpu(self.to(st), target));
+  }
+  if (device && device->type() != c10::DeviceType::XLA) {
+    at::Tensor cpu = ToCpu(x);
+    return cpu.to(*device, st);
+  }
+  int target = device && device->has_index() ? device->index() : x->device();
+  ir::Value v = x->GetValue();
+  if (target != x->device()) v = FromCpu(ToCpu(x), target)->GetValue();
+  return MakeXla(graph::TensorFromValue(ops::Cast(v, ToDType(st)), target));
+}
+
+at::Scalar LocalScalarDense(const at::Tensor& self) {
+  auto x = TryGetXla(self);
+  TORCH_CHECK(x, "_local_scalar_dense: expected an XLA tensor");
+  return ToCpu(x).item();
+}
+
+// ------------------------------------------------------------------ device guard
+struct XlaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static thread_local c10::DeviceIndex current;
+  c10::DeviceType type() const override { return c10::DeviceType::XLA; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old(c10::DeviceType::XLA, current);
+    current = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(c10::DeviceType::XLA, current); }
+  void setDevice(c10::Device d) const override { current = d.index(); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { current = d.index(); }
+  c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    // Never starts the runtime: autograd asks for this to size its device thread pool.
+    try {
+      if (graph::ClientStarted()) return static_cast<c10::DeviceIndex>(graph::DeviceCount());
+    } catch (...) {
+    }
+    int n = 8;
+    if (const char* e = std::getenv("CPU_NUM_DEVICES")) n = std::max(n, std::atoi(e));
+    return static_cast<c10::DeviceIndex>(n);
+  }
+};
+thread_local c10::DeviceIndex XlaGuardImpl::current = 0;
+C10_REGISTER_GUARD_IMPL(XLA, XlaGuardImpl);
+
+}  // namespace
+
+void RegisterKernels() {
+  static torch::Library* lib = nullptr;
+  if (lib) return;
+  lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::XLA, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& row : ops::OpTable()) {
+    std::string name = row.aten, overload;
+    auto dot = name.find('.');
+    if (dot != std::string::npos) {
+      overload = name.substr(dot + 1);
+      name = name.substr(0, dot);
+    }
+    if (!dispatcher.findSchema({"aten::" + name, overload})) continue;  // not in this torch release
+    lib->impl(row.aten.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RowKernel>(&row)));
+  }
+  lib->impl("copy_", TORCH_FN(Copy_));
+  lib->impl("_copy_from", TORCH_FN(CopyFrom));
+  lib->impl("_copy_from_and_resize", TORCH_FN(CopyFromAndResize));
+  lib->impl("_to_copy", TORCH_FN(ToCopy));
+  lib->impl("_local_scalar_dense", TORCH_FN(LocalScalarDense));
+  static torch::Library* fallback =
+      new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
+  fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
+}
+
+}  // namespace txla::bridge

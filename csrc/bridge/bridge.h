@@ -1,0 +1,42 @@
+// The aten bridge: the only code that includes torch headers.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "graph/graph.h"
+
+namespace txla::bridge {
+
+// Our TensorImpl for DispatchKey::XLA: shape/dtype metadata plus a lazy tensor.
+class XLATensorImpl : public c10::TensorImpl {
+ public:
+  explicit XLATensorImpl(graph::TensorPtr t);
+  const graph::TensorPtr& tensor() const { return tensor_; }
+  void set_tensor(graph::TensorPtr t);  // also refreshes sizes
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
+                                                               bool allow_tensor_metadata_change) const override;
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
+                                                               bool allow_tensor_metadata_change) const override;
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
+
+ private:
+  void RefreshSizes();
+  graph::TensorPtr tensor_;
+};
+
+at::ScalarType ToScalarType(ir::DType t);
+ir::DType ToDType(at::ScalarType t);  // throws for dtypes XLA tensors cannot hold
+
+// Inner (unwrapped) XLA tensor -> lazy tensor; nullptr if not an XLA tensor.
+graph::TensorPtr TryGetXla(const at::Tensor& t);
+// Any tensor the user holds (functional wrapper or inner) -> lazy tensor; throws if not XLA.
+graph::TensorPtr XlaFromUser(const at::Tensor& t);
+// Lazy tensor -> at::Tensor, wrapped for functionalization unless we are below the Functionalize key.
+at::Tensor MakeXla(graph::TensorPtr t);
+at::Tensor ToCpu(const graph::TensorPtr& t);
+graph::TensorPtr FromCpu(const at::Tensor& cpu, int device);
+
+void RegisterKernels();
+
+}  // namespace txla::bridge

@@ -1,0 +1,101 @@
+// The `_C` module: Python entry points of the torch bridge (sync, devices, RNG, debugging).
+#include <torch/csrc/utils/pybind.h>
+
+#include "bridge/bridge.h"
+#include "ops/op_table.h"
+#include "util/metrics.h"
+
+namespace py = pybind11;
+using namespace txla;
+
+namespace {
+
+std::vector<graph::TensorPtr> XlaTensors(const std::vector<at::Tensor>& ts) {
+  std::vector<graph::TensorPtr> out;
+  for (const auto& t : ts) out.push_back(bridge::XlaFromUser(t));
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_xla's aten bridge";
+  bridge::RegisterKernels();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ir::ShapeError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const runtime::PjrtError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  m.def("_set_config_resolver", [](py::function fn) {
+    auto holder = std::make_shared<py::function>(std::move(fn));
+    graph::SetConfigResolver([holder]() {
+      py::gil_scoped_acquire gil;
+      py::tuple t = (*holder)();
+      graph::RuntimeConfig c;
+      c.plugin_path = t[0].cast<std::string>();
+      c.device_type = t[1].cast<std::string>();
+      c.cpu_device_count = t[2].cast<int64_t>();
+      return c;
+    });
+  });
+  m.def("_client_started", &graph::ClientStarted);
+  m.def("_device_count", &graph::DeviceCount);
+  m.def("_check_device", &graph::CheckDevice);
+  m.def("_device_type", []() { return graph::Config().device_type; });
+  m.def("_device_kind", [](int i) {
+    graph::CheckDevice(i);
+    return graph::GetClient().DeviceKind(i);
+  });
+  m.def("_platform", []() {
+    auto& c = graph::GetClient();
+    return py::make_tuple(c.PlatformName(), c.PlatformVersion(), c.ApiMajor(), c.ApiMinor());
+  });
+
+  m.def("_sync", [](std::optional<std::vector<at::Tensor>> tensors, bool wait, const std::string& name) {
+    graph::SyncOptions o;
+    o.wait = wait;
+    o.name = name;
+    if (tensors) {
+      auto ts = XlaTensors(*tensors);
+      py::gil_scoped_release nogil;
+      graph::SyncTensors(&ts, o);
+    } else {
+      py::gil_scoped_release nogil;
+      graph::SyncTensors(nullptr, o);
+    }
+  }, py::arg("tensors") = py::none(), py::arg("wait") = false, py::arg("name") = "");
+  m.def("_wait_device_ops", []() {
+    py::gil_scoped_release nogil;
+    graph::WaitDeviceOps();
+  });
+  m.def("_get_stablehlo", [](const std::vector<at::Tensor>& ts) { return graph::GetStableHlo(XlaTensors(ts)); });
+  m.def("_dump_ir", [](const std::vector<at::Tensor>& ts) { return graph::DumpIr(XlaTensors(ts)); });
+  m.def("_is_xla_tensor", [](const at::Tensor& t) {
+    try {
+      bridge::XlaFromUser(t);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  });
+  m.def("_has_pending", [](const at::Tensor& t) { return bridge::XlaFromUser(t)->HasPending(); });
+  m.def("_tensor_id", [](const at::Tensor& t) { return bridge::XlaFromUser(t)->id(); });
+  m.def("_live_tensor_count", []() { return graph::LiveTensors().size(); });
+  m.def("_compile_cache_size", &graph::CompileCacheSize);
+  m.def("_clear_compile_cache", &graph::ClearCompileCache);
+
+  m.def("_set_seed", [](uint64_t seed, int device) { graph::SetSeed(seed, device); });
+  m.def("_get_seed", [](int device) { return graph::GetSeed(device); });
+
+  m.def("_lowered_ops", []() {
+    std::vector<std::string> names;
+    for (const auto& r : ops::OpTable()) names.push_back(r.aten);
+    return names;
+  });
+}

@@ -1,0 +1,505 @@
+#include "graph/graph.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "lowering/stablehlo.h"
+#include "util/half.h"
+#include "util/metrics.h"
+
+namespace txla::graph {
+
+using ir::DType;
+using ir::Node;
+using ir::Value;
+
+// ------------------------------------------------------------------ live tensor registry
+namespace {
+std::atomic<int64_t> g_next_id{1};
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<int64_t, TensorData*> live;
+};
+Registry& Reg() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+// TensorData is owned by shared_ptr; we keep weak handles next to the raw registry.
+std::mutex g_weak_mu;
+std::unordered_map<int64_t, std::weak_ptr<TensorData>>& Weak() {
+  static auto* m = new std::unordered_map<int64_t, std::weak_ptr<TensorData>>();
+  return *m;
+}
+
+TensorPtr Register(TensorPtr t) {
+  std::lock_guard<std::mutex> g(g_weak_mu);
+  Weak()[t->id()] = t;
+  return t;
+}
+}  // namespace
+
+TensorData::TensorData(ir::Shape shape, int device) : id_(g_next_id++), shape_(std::move(shape)), device_(device) {
+  metrics::IncrementCounter("CreateXlaTensor");
+}
+
+TensorData::~TensorData() {
+  {
+    std::lock_guard<std::mutex> g(g_weak_mu);
+    Weak().erase(id_);
+  }
+  metrics::IncrementCounter("DestroyXlaTensor");
+}
+
+Value TensorData::GetValue() {
+  if (pending_) return pending_;
+  if (!data_node_) {
+    if (!data_) throw std::runtime_error("internal: XLA tensor has neither data nor a pending value");
+    data_node_ = ir::MakeDeviceData(data_);
+  }
+  return data_node_;
+}
+
+void TensorData::SetPending(Value v) {
+  if (v.shape() != shape_) {
+    throw std::runtime_error("internal: pending value shape " + v.shape().ToString() + " differs from tensor shape " +
+                             shape_.ToString());
+  }
+  pending_ = std::move(v);
+  // A value that is just our own data leaf is not pending.
+  if (pending_.node->op == ir::Op::kDeviceData) {
+    data_ = pending_.node->data;
+    data_node_ = pending_;
+    pending_ = Value();
+  }
+}
+
+void TensorData::SetData(ir::DeviceDataPtr d) {
+  data_ = std::move(d);
+  data_node_ = Value();
+  pending_ = Value();
+}
+
+std::vector<TensorPtr> LiveTensors() {
+  std::lock_guard<std::mutex> g(g_weak_mu);
+  std::vector<TensorPtr> out;
+  out.reserve(Weak().size());
+  for (auto& kv : Weak()) {
+    if (auto t = kv.second.lock()) out.push_back(std::move(t));
+  }
+  std::sort(out.begin(), out.end(), [](const TensorPtr& a, const TensorPtr& b) { return a->id() < b->id(); });
+  return out;
+}
+
+TensorPtr TensorFromValue(Value v, int device) {
+  auto t = std::make_shared<TensorData>(v.shape(), device);
+  t->SetPending(std::move(v));
+  return Register(std::move(t));
+}
+
+// ------------------------------------------------------------------ runtime context
+namespace {
+std::mutex g_client_mu;
+std::function<RuntimeConfig()> g_resolver;
+RuntimeConfig g_config;
+std::unique_ptr<runtime::Client> g_client;
+}  // namespace
+
+void SetConfigResolver(std::function<RuntimeConfig()> resolver) {
+  std::lock_guard<std::mutex> g(g_client_mu);
+  g_resolver = std::move(resolver);
+}
+
+bool ClientStarted() { return g_client != nullptr; }
+
+runtime::Client& GetClient() {
+  if (g_client) return *g_client;
+  std::lock_guard<std::mutex> g(g_client_mu);
+  if (!g_client) {
+    if (!g_resolver) throw std::runtime_error("torch_xla runtime is not configured (no plugin resolver)");
+    g_config = g_resolver();
+    runtime::ClientOptions o;
+    o.plugin_path = g_config.plugin_path;
+    o.platform_hint = g_config.device_type;
+    o.cpu_device_count = g_config.cpu_device_count;
+    g_client = runtime::Client::Create(o);
+  }
+  return *g_client;
+}
+
+const RuntimeConfig& Config() {
+  GetClient();
+  return g_config;
+}
+
+int DeviceCount() { return GetClient().NumDevices(); }
+
+void CheckDevice(int device) {
+  int n = DeviceCount();
+  if (device < 0 || device >= n) {
+    throw std::out_of_range("XLA device index " + std::to_string(device) + " is out of range: this process has " +
+                            std::to_string(n) + " device(s)");
+  }
+}
+
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device) {
+  CheckDevice(device);
+  runtime::Buffer buf;
+  {
+    metrics::Timer timer("TransferToDeviceTime");
+    buf = GetClient().ToDevice(data, shape.dtype, shape.dims, device);
+  }
+  size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
+  metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
+  auto t = std::make_shared<TensorData>(shape, device);
+  t->SetData(std::make_shared<ir::DeviceData>(std::move(buf), shape, device));
+  return Register(std::move(t));
+}
+
+void TensorToHost(const TensorPtr& t, void* dst) {
+  if (t->HasPending()) {
+    std::vector<TensorPtr> one{t};
+    SyncTensors(&one, SyncOptions{});
+  }
+  size_t bytes = static_cast<size_t>(t->shape().numel()) * runtime::ElementSize(t->shape().dtype);
+  if (bytes == 0) return;
+  {
+    metrics::Timer timer("TransferFromDeviceTime");
+    t->data()->buffer.ToHost(dst, bytes);
+  }
+  metrics::AddSample("OutboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
+}
+
+// ------------------------------------------------------------------ scalars
+namespace {
+void ScalarBytes(double v, int64_t iv, DType t, char* out) {
+  switch (t) {
+    case DType::kPred: { uint8_t b = (v != 0 || iv != 0); std::memcpy(out, &b, 1); return; }
+    case DType::kS8: { int8_t b = static_cast<int8_t>(iv); std::memcpy(out, &b, 1); return; }
+    case DType::kS16: { int16_t b = static_cast<int16_t>(iv); std::memcpy(out, &b, 2); return; }
+    case DType::kS32: { int32_t b = static_cast<int32_t>(iv); std::memcpy(out, &b, 4); return; }
+    case DType::kS64: case DType::kU64: { std::memcpy(out, &iv, 8); return; }
+    case DType::kU8: { uint8_t b = static_cast<uint8_t>(iv); std::memcpy(out, &b, 1); return; }
+    case DType::kU16: { uint16_t b = static_cast<uint16_t>(iv); std::memcpy(out, &b, 2); return; }
+    case DType::kU32: { uint32_t b = static_cast<uint32_t>(iv); std::memcpy(out, &b, 4); return; }
+    case DType::kF16: { uint16_t b = FloatToHalfBits(static_cast<float>(v)); std::memcpy(out, &b, 2); return; }
+    case DType::kBF16: { uint16_t b = FloatToBf16Bits(static_cast<float>(v)); std::memcpy(out, &b, 2); return; }
+    case DType::kF32: { float b = static_cast<float>(v); std::memcpy(out, &b, 4); return; }
+    case DType::kF64: { std::memcpy(out, &v, 8); return; }
+    case DType::kC64: { float b[2] = {static_cast<float>(v), 0.f}; std::memcpy(out, b, 8); return; }
+    case DType::kC128: { double b[2] = {v, 0.0}; std::memcpy(out, b, 16); return; }
+  }
+}
+
+struct ScalarKey {
+  int device;
+  DType t;
+  uint64_t bits;
+  int64_t iv;
+  bool operator<(const ScalarKey& o) const {
+    return std::tie(device, t, bits, iv) < std::tie(o.device, o.t, o.bits, o.iv);
+  }
+};
+std::mutex g_scalar_mu;
+std::map<ScalarKey, Value>& ScalarCache() {
+  static auto* m = new std::map<ScalarKey, Value>();
+  return *m;
+}
+}  // namespace
+
+Value ScalarValue(double v, int64_t iv, DType t, int device) {
+  bool is_int = ir::IsIntegral(t, true);
+  if ((is_int && (iv == 0 || iv == 1)) || (!is_int && (v == 0.0 || v == 1.0) && !std::signbit(v))) {
+    return is_int ? ir::ConstantInt(iv, t) : ir::Constant(v, t);
+  }
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  ScalarKey key{device, t, is_int ? 0 : bits, is_int ? iv : 0};
+  std::lock_guard<std::mutex> g(g_scalar_mu);
+  auto& cache = ScalarCache();
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() > 4096) cache.clear();
+  char bytes[16];
+  ScalarBytes(v, iv, t, bytes);
+  ir::Shape shape(t, {});
+  runtime::Buffer buf = GetClient().ToDevice(bytes, t, {}, device);
+  Value node = ir::MakeDeviceData(std::make_shared<ir::DeviceData>(std::move(buf), shape, device));
+  cache.emplace(key, node);
+  return node;
+}
+
+// ------------------------------------------------------------------ RNG
+namespace {
+std::mutex g_rng_mu;
+std::map<int, TensorPtr>& Seeds() {
+  static auto* m = new std::map<int, TensorPtr>();
+  return *m;
+}
+TensorPtr SeedTensor(int device) {
+  auto& seeds = Seeds();
+  auto it = seeds.find(device);
+  if (it != seeds.end()) return it->second;
+  uint64_t s = 101;
+  TensorPtr t = TensorFromHost(&s, ir::Shape(DType::kU64, {}), device);
+  seeds[device] = t;
+  return t;
+}
+}  // namespace
+
+void SetSeed(uint64_t seed, int device) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  Seeds()[device] = TensorFromHost(&seed, ir::Shape(DType::kU64, {}), device);
+}
+
+uint64_t GetSeed(int device) {
+  TensorPtr t;
+  {
+    std::lock_guard<std::mutex> g(g_rng_mu);
+    t = SeedTensor(device);
+  }
+  uint64_t s = 0;
+  TensorToHost(t, &s);
+  return s;
+}
+
+Value NextRngState(int device) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  TensorPtr t = SeedTensor(device);
+  Value s = t->GetValue();
+  // Advance the seed inside the graph (an LCG step); constants are fixed, so no recompiles.
+  Value next = ir::Binary(ir::Op::kAdd, ir::Binary(ir::Op::kMul, s, ir::ConstantInt(6364136223846793005LL, DType::kU64)),
+                          ir::ConstantInt(1442695040888963407LL, DType::kU64));
+  t->SetPending(next);
+  Value key = ir::Reshape(s, {1});
+  Value ctr = ir::Reshape(ir::ConstantInt(0x9E3779B97F4A7C15LL, DType::kU64), {1});
+  return ir::Concatenate({key, ctr}, 0);
+}
+
+// ------------------------------------------------------------------ sync
+namespace {
+
+struct PostOrder {
+  std::vector<const Node*> nodes;
+  std::vector<const Node*> params;
+  std::unordered_map<const Node*, int> index;
+};
+
+// Step 1: operands before users, device-data leaves collected as parameters.
+PostOrder ComputePostOrder(const std::vector<Value>& roots) {
+  PostOrder po;
+  std::vector<std::pair<const Node*, size_t>> stack;
+  std::unordered_set<const Node*> on_stack;
+  for (const Value& r : roots) {
+    const Node* root = r.node.get();
+    if (po.index.count(root)) continue;
+    stack.emplace_back(root, 0);
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      if (next < n->operands.size()) {
+        const Node* child = n->operands[next++].node.get();
+        if (!po.index.count(child)) stack.emplace_back(child, 0);
+        continue;
+      }
+      if (!po.index.count(n)) {
+        po.index[n] = static_cast<int>(po.nodes.size());
+        po.nodes.push_back(n);
+        if (n->op == ir::Op::kDeviceData) po.params.push_back(n);
+      }
+      stack.pop_back();
+    }
+  }
+  return po;
+}
+
+// Step 2: structural hash of the graph (never tensor values).
+Hash128 GraphHash(const PostOrder& po, const std::vector<Value>& roots, int device) {
+  Hash128 h{0xC0FFEEULL, static_cast<uint64_t>(device)};
+  for (const Node* n : po.nodes) {
+    h = HashCombine(h, n->op_hash);
+    for (const Value& v : n->operands) {
+      h = HashCombine(h, static_cast<uint64_t>(po.index.at(v.node.get())) * 64 + static_cast<uint64_t>(v.index));
+    }
+  }
+  for (const Value& r : roots) {
+    h = HashCombine(h, static_cast<uint64_t>(po.index.at(r.node.get())) * 64 + static_cast<uint64_t>(r.index));
+  }
+  return h;
+}
+
+struct Computation {
+  runtime::Executable exe;
+  std::string module_name;
+};
+
+std::mutex g_cache_mu;
+std::unordered_map<Hash128, std::shared_ptr<Computation>, Hash128Hasher>& Cache() {
+  static auto* m = new std::unordered_map<Hash128, std::shared_ptr<Computation>, Hash128Hasher>();
+  return *m;
+}
+
+bool DebugEnabled() {
+  static bool on = [] {
+    const char* e = std::getenv("PT_XLA_DEBUG");
+    return e && std::strcmp(e, "0") != 0 && *e;
+  }();
+  return on;
+}
+
+runtime::CompileOptions OptionsForDevice(int device) {
+  runtime::CompileOptions o;
+  o.device_assignment = {{GetClient().DeviceId(device)}};
+  return o;
+}
+
+// Step 3: find or build the executable.
+std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder& po, const std::vector<Value>& roots,
+                                             int device, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> g(g_cache_mu);
+    auto it = Cache().find(key);
+    if (it != Cache().end()) {
+      metrics::IncrementCounter("CachedCompile");
+      return it->second;
+    }
+  }
+  lowering::ModuleSpec spec;
+  spec.name = name.empty() ? "SyncTensorsGraph" : name;
+  spec.post_order = po.nodes;
+  spec.params = po.params;
+  spec.roots = roots;
+  std::string text = lowering::EmitStableHlo(spec);
+  if (DebugEnabled()) {
+    std::fprintf(stderr, "[PT_XLA_DEBUG] compiling graph %s (%zu nodes, %zu inputs, %zu outputs) hash %s\n",
+                 spec.name.c_str(), po.nodes.size(), po.params.size(), roots.size(), key.ToString().c_str());
+  }
+  auto comp = std::make_shared<Computation>();
+  comp->module_name = spec.name;
+  {
+    metrics::Timer timer("CompileTime");
+    try {
+      comp->exe = GetClient().Compile(text, OptionsForDevice(device));
+    } catch (const std::exception& e) {
+      const char* dump = std::getenv("TXLA_DUMP_ON_ERROR");
+      std::string msg = std::string("XLA compilation failed: ") + e.what();
+      if (dump && *dump) msg += "\n--- StableHLO ---\n" + text;
+      throw std::runtime_error(msg);
+    }
+  }
+  metrics::IncrementCounter("UncachedCompile");
+  std::lock_guard<std::mutex> g(g_cache_mu);
+  Cache()[key] = comp;
+  return comp;
+}
+
+// Runs one device's pending tensors as one graph.
+void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+  // Collect unique roots.
+  std::vector<Value> roots;
+  std::vector<int> root_of(tensors.size());
+  std::map<std::pair<const Node*, int>, int> root_index;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Value& v = tensors[i]->pending();
+    auto key = std::make_pair(v.node.get(), v.index);
+    auto it = root_index.find(key);
+    if (it == root_index.end()) {
+      it = root_index.emplace(key, static_cast<int>(roots.size())).first;
+      roots.push_back(v);
+    }
+    root_of[i] = it->second;
+  }
+  PostOrder po = ComputePostOrder(roots);
+  metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
+  Hash128 key = GraphHash(po, roots, device);
+  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts.name);
+
+  std::vector<PJRT_Buffer*> args;
+  args.reserve(po.params.size());
+  for (const Node* p : po.params) {
+    if (p->data->device != device) {
+      throw std::runtime_error("a graph mixes tensors of XLA devices " + std::to_string(p->data->device) + " and " +
+                               std::to_string(device) + "; move them to one device first");
+    }
+    args.push_back(p->data->buffer.get());
+  }
+  std::vector<runtime::Buffer> outs;
+  {
+    metrics::Timer timer("ExecuteTime");
+    outs = GetClient().Execute(comp->exe, args, device);
+  }
+  if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");
+  std::vector<ir::DeviceDataPtr> datas;
+  datas.reserve(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    datas.push_back(std::make_shared<ir::DeviceData>(std::move(outs[i]), roots[i].shape(), device));
+  }
+  if (opts.wait) {
+    for (auto& d : datas) d->buffer.Await();
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i]->SetData(datas[root_of[i]]);
+}
+
+std::vector<Value> RootsOf(const std::vector<TensorPtr>& tensors) {
+  std::vector<Value> roots;
+  for (auto& t : tensors) roots.push_back(t->GetValue());
+  return roots;
+}
+
+}  // namespace
+
+void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts) {
+  std::vector<TensorPtr> all = tensors ? *tensors : LiveTensors();
+  std::map<int, std::vector<TensorPtr>> by_device;
+  std::unordered_set<int64_t> seen;
+  for (auto& t : all) {
+    if (t && t->HasPending() && seen.insert(t->id()).second) by_device[t->device()].push_back(t);
+  }
+  for (auto& [device, ts] : by_device) SyncDevice(ts, device, opts);
+}
+
+void WaitDeviceOps() {
+  for (auto& t : LiveTensors()) {
+    if (!t->HasPending() && t->data()) t->data()->buffer.Await();
+  }
+}
+
+std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
+  std::vector<TensorPtr> ts;
+  for (auto& t : (tensors.empty() ? LiveTensors() : tensors)) {
+    if (tensors.empty() && !t->HasPending()) continue;
+    ts.push_back(t);
+  }
+  lowering::ModuleSpec spec;
+  spec.roots = RootsOf(ts);
+  PostOrder po = ComputePostOrder(spec.roots);
+  spec.post_order = po.nodes;
+  spec.params = po.params;
+  return lowering::EmitStableHlo(spec);
+}
+
+std::string DumpIr(const std::vector<TensorPtr>& tensors) {
+  std::vector<Value> roots = RootsOf(tensors.empty() ? LiveTensors() : tensors);
+  PostOrder po = ComputePostOrder(roots);
+  std::string s;
+  for (const Node* n : po.nodes) s += "%" + std::to_string(po.index.at(n)) + " = " + n->ToString() + "\n";
+  return s;
+}
+
+size_t CompileCacheSize() {
+  std::lock_guard<std::mutex> g(g_cache_mu);
+  return Cache().size();
+}
+
+void ClearCompileCache() {
+  std::lock_guard<std::mutex> g(g_cache_mu);
+  Cache().clear();
+}
+
+}  // namespace txla::graph

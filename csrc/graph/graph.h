@@ -1,0 +1,89 @@
+// Lazy tensors and the sync: collect pending tensors -> post order -> hash -> cache lookup ->
+// lower -> compile -> run. Torch-free.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "runtime/runtime.h"
+
+namespace txla::graph {
+
+// A lazy tensor: either materialized device data, a pending IR value, or both (value wins).
+class TensorData {
+ public:
+  TensorData(ir::Shape shape, int device);
+  ~TensorData();
+  TensorData(const TensorData&) = delete;
+  TensorData& operator=(const TensorData&) = delete;
+
+  int64_t id() const { return id_; }
+  const ir::Shape& shape() const { return shape_; }
+  int device() const { return device_; }
+
+  // The IR value for use in new graphs (a device-data leaf when materialized).
+  ir::Value GetValue();
+  bool HasPending() const { return static_cast<bool>(pending_); }
+  const ir::Value& pending() const { return pending_; }
+  const ir::DeviceDataPtr& data() const { return data_; }
+  void SetPending(ir::Value v);
+  void SetData(ir::DeviceDataPtr d);
+
+ private:
+  int64_t id_;
+  ir::Shape shape_;
+  int device_;
+  ir::DeviceDataPtr data_;
+  ir::Value data_node_;  // cached leaf for data_
+  ir::Value pending_;
+};
+using TensorPtr = std::shared_ptr<TensorData>;
+
+TensorPtr TensorFromValue(ir::Value v, int device);
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device);
+// Runs what the tensor needs (if pending) and copies it to dst (numel * element size bytes).
+void TensorToHost(const TensorPtr& t, void* dst);
+
+// ---- Runtime configuration and devices.
+struct RuntimeConfig {
+  std::string plugin_path;
+  std::string device_type;  // "CPU", "CUDA", "TPU", ...
+  int64_t cpu_device_count = -1;
+};
+// Called (once, on first device use) to resolve the plugin; set by the Python layer.
+void SetConfigResolver(std::function<RuntimeConfig()> resolver);
+bool ClientStarted();
+runtime::Client& GetClient();
+const RuntimeConfig& Config();
+int DeviceCount();  // starts the client
+void CheckDevice(int device);  // throws std::out_of_range with a clear message
+
+// ---- Scalars as graph inputs: 0 and 1 are constants; other values are uploaded once and cached,
+// so changing a scalar (learning rate, bias correction) never recompiles.
+ir::Value ScalarValue(double v, int64_t iv, ir::DType t, int device);
+
+// ---- Device RNG: the seed is a device tensor, a graph input.
+void SetSeed(uint64_t seed, int device);
+uint64_t GetSeed(int device);
+ir::Value NextRngState(int device);  // u64[2] state for rng_bit_generator; advances the seed in-graph
+
+// ---- Sync.
+struct SyncOptions {
+  bool wait = false;
+  std::string name;  // shows in debug output
+};
+// Materializes the given tensors (all live pending tensors when `tensors` is null).
+void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts);
+void WaitDeviceOps();
+// StableHLO text of the graph computing these tensors (all pending when empty).
+std::string GetStableHlo(const std::vector<TensorPtr>& tensors);
+std::vector<TensorPtr> LiveTensors();
+// Debug: the pending IR graph of the tensors as text.
+std::string DumpIr(const std::vector<TensorPtr>& tensors);
+size_t CompileCacheSize();
+void ClearCompileCache();
+
+}  // namespace txla::graph

@@ -1,0 +1,439 @@
+#include "ir/ir.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace txla::ir {
+
+bool IsFloating(DType t) {
+  return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32 || t == DType::kF64;
+}
+bool IsComplex(DType t) { return t == DType::kC64 || t == DType::kC128; }
+bool IsIntegral(DType t, bool include_bool) {
+  switch (t) {
+    case DType::kPred: return include_bool;
+    case DType::kS8: case DType::kS16: case DType::kS32: case DType::kS64:
+    case DType::kU8: case DType::kU16: case DType::kU32: case DType::kU64: return true;
+    default: return false;
+  }
+}
+bool IsUnsigned(DType t) {
+  return t == DType::kPred || t == DType::kU8 || t == DType::kU16 || t == DType::kU32 || t == DType::kU64;
+}
+const char* DTypeName(DType t) { return runtime::ElementTypeName(t); }
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (auto d : dims) n *= d;
+  return n;
+}
+
+std::string Shape::ToString() const {
+  std::string s = "tensor<";
+  for (auto d : dims) s += std::to_string(d) + "x";
+  s += DTypeName(dtype);
+  s += ">";
+  return s;
+}
+
+std::string DimsToString(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+const char* OpName(Op op) {
+  static const char* kNames[] = {
+      "device_data", "constant", "iota", "convert",
+      "negate", "abs", "exponential", "log", "sqrt", "rsqrt", "sine", "cosine", "tan", "tanh",
+      "logistic", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sign", "log_plus_one",
+      "exponential_minus_one", "not", "is_finite", "erf", "erf_inv", "cbrt", "real", "imag",
+      "add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "and", "or",
+      "xor", "atan2", "shift_left", "shift_right_arithmetic", "shift_right_logical",
+      "compare", "select", "clamp",
+      "broadcast_in_dim", "reshape", "transpose", "slice", "concatenate", "pad", "reverse",
+      "dynamic_slice", "dynamic_update_slice",
+      "reduce", "arg_reduce", "reduce_window", "select_and_scatter", "sort", "cumulative",
+      "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
+  return kNames[static_cast<int>(op)];
+}
+
+Node::Node(Op op_, std::vector<Value> operands_, std::vector<Shape> shapes_, Attrs attrs_, DeviceDataPtr data_)
+    : op(op_), operands(std::move(operands_)), shapes(std::move(shapes_)), attrs(std::move(attrs_)),
+      data(std::move(data_)) {
+  Hash128 h{0x1234567ULL, 0x89ABCDEFULL};
+  h = HashAll(h, static_cast<int64_t>(op), attrs.ints, attrs.f, attrs.n, attrs.s);
+  for (const auto& s : shapes) h = HashAll(h, static_cast<int64_t>(s.dtype), s.dims);
+  op_hash = h;
+}
+
+std::string Node::ToString() const {
+  std::ostringstream os;
+  os << OpName(op) << "(";
+  for (size_t i = 0; i < operands.size(); ++i) os << (i ? ", " : "") << operands[i].shape().ToString();
+  os << ") -> ";
+  for (size_t i = 0; i < shapes.size(); ++i) os << (i ? ", " : "") << shapes[i].ToString();
+  for (const auto& v : attrs.ints) os << " " << DimsToString(v);
+  if (op == Op::kConstant) os << " value=" << attrs.f;
+  if (!scope.empty()) os << "  # " << scope;
+  return os.str();
+}
+
+namespace {
+
+Value Make(Op op, std::vector<Value> operands, Shape shape, Attrs attrs = {}) {
+  std::vector<Shape> shapes{std::move(shape)};
+  return Value(std::make_shared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs)), 0);
+}
+
+NodePtr MakeMulti(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs = {}) {
+  return std::make_shared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs));
+}
+
+[[noreturn]] void Fail(const std::string& what) { throw ShapeError(what); }
+
+void CheckSameShape(const char* what, const Value& a, const Value& b) {
+  if (a.dims() != b.dims() || a.dtype() != b.dtype()) {
+    Fail(std::string(what) + ": operand shapes differ: " + a.shape().ToString() + " vs " + b.shape().ToString());
+  }
+}
+
+}  // namespace
+
+int64_t NormalizeDim(int64_t dim, int rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r) {
+    Fail("Dimension out of range (expected to be in range of [" + std::to_string(-r) + ", " +
+         std::to_string(r - 1) + "], but got " + std::to_string(dim) + ")");
+  }
+  return dim < 0 ? dim + r : dim;
+}
+
+std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank) {
+  for (auto& d : dims) d = NormalizeDim(d, rank);
+  return dims;
+}
+
+Value MakeDeviceData(DeviceDataPtr data) {
+  Shape s = data->shape;
+  Attrs a;
+  a.n = data->device;
+  return Value(std::make_shared<Node>(Op::kDeviceData, std::vector<Value>{}, std::vector<Shape>{s}, a, data), 0);
+}
+
+Value Constant(double v, DType t) {
+  Attrs a;
+  a.f = v;
+  a.n = IsFloating(t) || IsComplex(t) ? 0 : static_cast<int64_t>(v);
+  return Make(Op::kConstant, {}, Shape(t, {}), a);
+}
+
+Value ConstantInt(int64_t v, DType t) {
+  Attrs a;
+  a.f = static_cast<double>(v);
+  a.n = v;
+  return Make(Op::kConstant, {}, Shape(t, {}), a);
+}
+
+Value Full(double v, const Shape& s) {
+  Value c = Constant(v, s.dtype);
+  if (s.dims.empty()) return c;
+  return BroadcastInDim(c, s.dims, {});
+}
+
+Value Iota(const Shape& s, int64_t dim) {
+  Attrs a;
+  a.ints = {{NormalizeDim(dim, s.rank())}};
+  return Make(Op::kIota, {}, s, a);
+}
+
+Value Convert(const Value& x, DType t) {
+  if (x.dtype() == t) return x;
+  return Make(Op::kConvert, {x}, Shape(t, x.dims()));
+}
+
+Value Unary(Op op, const Value& x) {
+  Shape s = x.shape();
+  if (op == Op::kIsFinite) s.dtype = DType::kPred;
+  if (op == Op::kReal || op == Op::kImag) s.dtype = x.dtype() == DType::kC128 ? DType::kF64 : DType::kF32;
+  return Make(op, {x}, s);
+}
+
+Value Binary(Op op, const Value& a, const Value& b) {
+  CheckSameShape(OpName(op), a, b);
+  return Make(op, {a, b}, a.shape());
+}
+
+Value Compare(CompareDir dir, const Value& a, const Value& b) {
+  CheckSameShape("compare", a, b);
+  Attrs at;
+  at.n = static_cast<int64_t>(dir);
+  return Make(Op::kCompare, {a, b}, Shape(DType::kPred, a.dims()), at);
+}
+
+Value Select(const Value& pred, const Value& t, const Value& f) {
+  CheckSameShape("select", t, f);
+  if (pred.dtype() != DType::kPred || (pred.rank() != 0 && pred.dims() != t.dims())) {
+    Fail("select: predicate " + pred.shape().ToString() + " does not match " + t.shape().ToString());
+  }
+  return Make(Op::kSelect, {pred, t, f}, t.shape());
+}
+
+Value Clamp(const Value& lo, const Value& x, const Value& hi) {
+  CheckSameShape("clamp", lo, x);
+  CheckSameShape("clamp", hi, x);
+  return Make(Op::kClamp, {lo, x, hi}, x.shape());
+}
+
+Value BroadcastInDim(const Value& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& bdims) {
+  if (static_cast<int>(bdims.size()) != x.rank()) Fail("broadcast_in_dim: rank mismatch");
+  for (size_t i = 0; i < bdims.size(); ++i) {
+    int64_t od = bdims[i];
+    if (od < 0 || od >= static_cast<int64_t>(out_dims.size())) Fail("broadcast_in_dim: bad dimension");
+    if (x.dims()[i] != 1 && x.dims()[i] != out_dims[od]) {
+      Fail("broadcast: cannot expand " + DimsToString(x.dims()) + " to " + DimsToString(out_dims));
+    }
+  }
+  if (out_dims == x.dims()) {
+    bool identity = true;
+    for (size_t i = 0; i < bdims.size(); ++i) identity &= bdims[i] == static_cast<int64_t>(i);
+    if (identity) return x;
+  }
+  Attrs a;
+  a.ints = {bdims};
+  return Make(Op::kBroadcastInDim, {x}, Shape(x.dtype(), out_dims), a);
+}
+
+Value Reshape(const Value& x, const std::vector<int64_t>& dims) {
+  Shape s(x.dtype(), dims);
+  if (s.numel() != x.shape().numel()) {
+    Fail("shape '" + DimsToString(dims) + "' is invalid for input of size " + std::to_string(x.shape().numel()));
+  }
+  if (dims == x.dims()) return x;
+  return Make(Op::kReshape, {x}, s);
+}
+
+Value Transpose(const Value& x, const std::vector<int64_t>& perm) {
+  if (static_cast<int>(perm.size()) != x.rank()) Fail("transpose: permutation rank mismatch");
+  std::vector<int64_t> dims(perm.size());
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    dims[i] = x.dims()[perm[i]];
+    identity &= perm[i] == static_cast<int64_t>(i);
+  }
+  if (identity) return x;
+  Attrs a;
+  a.ints = {perm};
+  return Make(Op::kTranspose, {x}, Shape(x.dtype(), dims), a);
+}
+
+Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+            const std::vector<int64_t>& strides) {
+  std::vector<int64_t> dims(x.rank());
+  bool identity = true;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (start[i] < 0 || limit[i] > x.dims()[i] || start[i] > limit[i] || strides[i] < 1) {
+      Fail("slice: invalid bounds for " + x.shape().ToString());
+    }
+    dims[i] = (limit[i] - start[i] + strides[i] - 1) / strides[i];
+    identity &= start[i] == 0 && limit[i] == x.dims()[i] && strides[i] == 1;
+  }
+  if (identity) return x;
+  Attrs a;
+  a.ints = {start, limit, strides};
+  return Make(Op::kSlice, {x}, Shape(x.dtype(), dims), a);
+}
+
+Value Concatenate(const std::vector<Value>& xs, int64_t dim) {
+  if (xs.empty()) Fail("concatenate: no inputs");
+  if (xs.size() == 1) return xs[0];
+  std::vector<int64_t> dims = xs[0].dims();
+  dim = NormalizeDim(dim, xs[0].rank());
+  for (size_t i = 1; i < xs.size(); ++i) {
+    if (xs[i].rank() != xs[0].rank() || xs[i].dtype() != xs[0].dtype()) Fail("concatenate: operands differ");
+    for (int d = 0; d < xs[0].rank(); ++d) {
+      if (d != dim && xs[i].dims()[d] != dims[d]) {
+        Fail("Sizes of tensors must match except in dimension " + std::to_string(dim) + ". Expected size " +
+             std::to_string(dims[d]) + " but got size " + std::to_string(xs[i].dims()[d]) + " for tensor number " +
+             std::to_string(i) + " in the list.");
+      }
+    }
+    dims[dim] += xs[i].dims()[dim];
+  }
+  Attrs a;
+  a.ints = {{dim}};
+  return Make(Op::kConcatenate, xs, Shape(xs[0].dtype(), dims), a);
+}
+
+Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
+          const std::vector<int64_t>& high, const std::vector<int64_t>& interior) {
+  std::vector<int64_t> dims(x.rank());
+  for (int i = 0; i < x.rank(); ++i) {
+    int64_t n = x.dims()[i];
+    dims[i] = low[i] + high[i] + n + std::max<int64_t>(n - 1, 0) * interior[i];
+    if (dims[i] < 0) Fail("pad: negative output size");
+  }
+  Attrs a;
+  a.ints = {low, high, interior};
+  return Make(Op::kPad, {x, pad_value}, Shape(x.dtype(), dims), a);
+}
+
+Value Reverse(const Value& x, const std::vector<int64_t>& dims) {
+  if (dims.empty()) return x;
+  Attrs a;
+  a.ints = {NormalizeDims(dims, x.rank())};
+  return Make(Op::kReverse, {x}, x.shape(), a);
+}
+
+Value DynamicSlice(const Value& x, const std::vector<Value>& starts, const std::vector<int64_t>& sizes) {
+  std::vector<Value> ops{x};
+  ops.insert(ops.end(), starts.begin(), starts.end());
+  Attrs a;
+  a.ints = {sizes};
+  return Make(Op::kDynamicSlice, ops, Shape(x.dtype(), sizes), a);
+}
+
+Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<Value>& starts) {
+  std::vector<Value> ops{x, update};
+  ops.insert(ops.end(), starts.begin(), starts.end());
+  return Make(Op::kDynamicUpdateSlice, ops, x.shape());
+}
+
+Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_in) {
+  std::vector<int64_t> dims = NormalizeDims(dims_in, x.rank());
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  if (dims.empty()) return x;
+  std::vector<int64_t> out;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (!std::binary_search(dims.begin(), dims.end(), i)) out.push_back(x.dims()[i]);
+  }
+  Attrs a;
+  a.ints = {dims};
+  a.n = static_cast<int64_t>(kind);
+  return Make(Op::kReduce, {x}, Shape(x.dtype(), out), a);
+}
+
+std::pair<Value, Value> ArgReduce(ArgKind kind, const Value& x, int64_t dim) {
+  dim = NormalizeDim(dim, x.rank());
+  std::vector<int64_t> out;
+  for (int i = 0; i < x.rank(); ++i) if (i != dim) out.push_back(x.dims()[i]);
+  Attrs a;
+  a.ints = {{dim}};
+  a.n = static_cast<int64_t>(kind);
+  NodePtr n = MakeMulti(Op::kArgReduce, {x}, {Shape(x.dtype(), out), Shape(DType::kS64, out)}, a);
+  return {Value(n, 0), Value(n, 1)};
+}
+
+Value ReduceWindow(ReduceKind kind, const Value& x, const Value& init, const std::vector<int64_t>& window,
+                   const std::vector<int64_t>& strides, const std::vector<int64_t>& base_dilations,
+                   const std::vector<int64_t>& window_dilations, const std::vector<int64_t>& padding) {
+  std::vector<int64_t> dims(x.rank());
+  for (int i = 0; i < x.rank(); ++i) {
+    int64_t in = (x.dims()[i] - 1) * base_dilations[i] + 1 + padding[2 * i] + padding[2 * i + 1];
+    int64_t win = (window[i] - 1) * window_dilations[i] + 1;
+    dims[i] = in < win ? 0 : (in - win) / strides[i] + 1;
+  }
+  Attrs a;
+  a.ints = {window, strides, base_dilations, window_dilations, padding};
+  a.n = static_cast<int64_t>(kind);
+  return Make(Op::kReduceWindow, {x, init}, Shape(x.dtype(), dims), a);
+}
+
+Value Cumulative(ReduceKind kind, const Value& x, int64_t dim) {
+  dim = NormalizeDim(dim, x.rank());
+  Attrs a;
+  a.ints = {{dim}};
+  a.n = static_cast<int64_t>(kind);
+  return Make(Op::kCumulative, {x}, x.shape(), a);
+}
+
+Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
+                 const std::vector<int64_t>& lc, const std::vector<int64_t>& rc, DType out) {
+  if (lb.size() != rb.size() || lc.size() != rc.size()) Fail("dot_general: dimension lists differ");
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < lb.size(); ++i) {
+    if (a.dims()[lb[i]] != b.dims()[rb[i]]) Fail("dot_general: batch dimensions differ");
+    dims.push_back(a.dims()[lb[i]]);
+  }
+  for (size_t i = 0; i < lc.size(); ++i) {
+    if (a.dims()[lc[i]] != b.dims()[rc[i]]) {
+      Fail("mat1 and mat2 shapes cannot be multiplied (" + DimsToString(a.dims()) + " and " +
+           DimsToString(b.dims()) + ")");
+    }
+  }
+  auto in = [](const std::vector<int64_t>& v, int64_t d) { return std::find(v.begin(), v.end(), d) != v.end(); };
+  for (int i = 0; i < a.rank(); ++i) if (!in(lb, i) && !in(lc, i)) dims.push_back(a.dims()[i]);
+  for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
+  Attrs at;
+  at.ints = {lb, rb, lc, rc};
+  return Make(Op::kDotGeneral, {a, b}, Shape(out, dims), at);
+}
+
+Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& offset_dims,
+             const std::vector<int64_t>& collapsed, const std::vector<int64_t>& start_index_map,
+             int64_t index_vector_dim, const std::vector<int64_t>& slice_sizes) {
+  // Output rank = batch dims (indices dims without index_vector_dim) + offset dims.
+  std::vector<int64_t> batch;
+  for (int i = 0; i < indices.rank(); ++i) if (i != index_vector_dim) batch.push_back(indices.dims()[i]);
+  std::vector<int64_t> offsets;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (std::find(collapsed.begin(), collapsed.end(), i) == collapsed.end()) offsets.push_back(slice_sizes[i]);
+  }
+  int64_t out_rank = static_cast<int64_t>(batch.size() + offsets.size());
+  std::vector<int64_t> dims(out_rank);
+  size_t bi = 0, oi = 0;
+  for (int64_t i = 0; i < out_rank; ++i) {
+    if (std::find(offset_dims.begin(), offset_dims.end(), i) != offset_dims.end()) dims[i] = offsets[oi++];
+    else dims[i] = batch[bi++];
+  }
+  Attrs a;
+  a.ints = {offset_dims, collapsed, start_index_map, {index_vector_dim}, slice_sizes};
+  return Make(Op::kGather, {x, indices}, Shape(x.dtype(), dims), a);
+}
+
+Value Scatter(const Value& x, const Value& indices, const Value& updates, const std::vector<int64_t>& uwd,
+              const std::vector<int64_t>& iwd, const std::vector<int64_t>& sdod, int64_t ivd, int64_t combine) {
+  Attrs a;
+  a.ints = {uwd, iwd, sdod, {ivd}};
+  a.n = combine;
+  return Make(Op::kScatter, {x, indices, updates}, x.shape(), a);
+}
+
+std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending, bool stable) {
+  Attrs a;
+  a.ints = {{NormalizeDim(dim, xs[0].rank())}};
+  a.n = (descending ? 1 : 0) | (stable ? 2 : 0);
+  std::vector<Shape> shapes;
+  for (auto& x : xs) shapes.push_back(x.shape());
+  NodePtr n = MakeMulti(Op::kSort, xs, shapes, a);
+  std::vector<Value> out;
+  for (size_t i = 0; i < xs.size(); ++i) out.emplace_back(n, static_cast<int>(i));
+  return out;
+}
+
+std::pair<Value, Value> RngBitGenerator(const Value& state, const Shape& bits_shape) {
+  NodePtr n = MakeMulti(Op::kRngBitGenerator, {state}, {state.shape(), bits_shape});
+  return {Value(n, 0), Value(n, 1)};
+}
+
+Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>& strides,
+                  const std::vector<int64_t>& padding, const std::vector<int64_t>& lhs_dilation,
+                  const std::vector<int64_t>& rhs_dilation, int64_t feature_groups, int64_t batch_groups,
+                  const Shape& out_shape) {
+  Attrs a;
+  a.ints = {strides, padding, lhs_dilation, rhs_dilation, {feature_groups, batch_groups}};
+  return Make(Op::kConvolution, {lhs, rhs}, out_shape, a);
+}
+
+Value SelectAndScatter(const Value& operand, const Value& source, const Value& init,
+                       const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
+                       const std::vector<int64_t>& padding) {
+  Attrs a;
+  a.ints = {window, strides, padding};
+  return Make(Op::kSelectAndScatter, {operand, source, init}, operand.shape(), a);
+}
+
+}  // namespace txla::ir

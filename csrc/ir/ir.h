@@ -1,0 +1,177 @@
+// The IR: immutable nodes of a small primitive set (close to StableHLO), each with its output
+// shapes and a hash of (op, attributes, shapes) computed at construction. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runtime/runtime.h"
+#include "util/hash.h"
+
+namespace txla::ir {
+
+using DType = runtime::ElementType;
+
+bool IsFloating(DType t);   // f16, bf16, f32, f64
+bool IsComplex(DType t);
+bool IsIntegral(DType t, bool include_bool);
+bool IsUnsigned(DType t);   // u8.. and pred
+const char* DTypeName(DType t);  // StableHLO spelling
+
+struct Shape {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> dims;
+  Shape() = default;
+  Shape(DType t, std::vector<int64_t> d) : dtype(t), dims(std::move(d)) {}
+  int rank() const { return static_cast<int>(dims.size()); }
+  int64_t numel() const;
+  std::string ToString() const;  // tensor<2x3xf32>
+  bool operator==(const Shape& o) const { return dtype == o.dtype && dims == o.dims; }
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+};
+
+// A buffer that lives on a device; leaves of the graph point at it.
+struct DeviceData {
+  runtime::Buffer buffer;
+  Shape shape;
+  int device = 0;
+  DeviceData(runtime::Buffer b, Shape s, int d) : buffer(std::move(b)), shape(std::move(s)), device(d) {}
+};
+using DeviceDataPtr = std::shared_ptr<DeviceData>;
+
+enum class Op : uint16_t {
+  kDeviceData, kConstant, kIota, kConvert,
+  // unary elementwise
+  kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kSin, kCos, kTan, kTanh, kLogistic, kFloor, kCeil,
+  kRoundEven, kRoundAfz, kSign, kLog1p, kExpm1, kNot, kIsFinite, kErf, kErfInv, kCbrt,
+  kReal, kImag,
+  // binary elementwise
+  kAdd, kSub, kMul, kDiv, kRem, kPow, kMax, kMin, kAnd, kOr, kXor, kAtan2,
+  kShiftLeft, kShiftRightArithmetic, kShiftRightLogical,
+  kCompare, kSelect, kClamp,
+  // shape
+  kBroadcastInDim, kReshape, kTranspose, kSlice, kConcatenate, kPad, kReverse,
+  kDynamicSlice, kDynamicUpdateSlice,
+  // reductions and friends
+  kReduce, kArgReduce, kReduceWindow, kSelectAndScatter, kSort, kCumulative,
+  // linear algebra / indexing
+  kDotGeneral, kConvolution, kGather, kScatter,
+  // randomness
+  kRngBitGenerator,
+  kOptimizationBarrier,
+  kNumOps
+};
+const char* OpName(Op op);
+
+enum class CompareDir : int64_t { kEQ = 0, kNE, kLT, kLE, kGT, kGE };
+enum class ReduceKind : int64_t { kSum = 0, kProd, kMax, kMin, kAnd, kOr };
+enum class ArgKind : int64_t { kArgMax = 0, kArgMin };
+
+// Attributes: a few integer lists plus a scalar, interpreted per op (see builders).
+struct Attrs {
+  std::vector<std::vector<int64_t>> ints;
+  double f = 0;
+  int64_t n = 0;
+  std::string s;
+};
+
+struct Node;
+using NodePtr = std::shared_ptr<const Node>;
+
+struct Value {
+  NodePtr node;
+  int index = 0;
+  Value() = default;
+  Value(NodePtr n, int i = 0) : node(std::move(n)), index(i) {}
+  const Shape& shape() const;
+  DType dtype() const { return shape().dtype; }
+  const std::vector<int64_t>& dims() const { return shape().dims; }
+  int rank() const { return shape().rank(); }
+  explicit operator bool() const { return node != nullptr; }
+};
+
+struct Node {
+  Op op;
+  std::vector<Value> operands;
+  std::vector<Shape> shapes;
+  Attrs attrs;
+  DeviceDataPtr data;  // kDeviceData only
+  Hash128 op_hash;     // op + attrs + output shapes (operands are hashed by the graph walk)
+  std::string scope;   // debug: where it came from (aten op name, user location)
+  Node(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs,
+       DeviceDataPtr data = nullptr);
+  std::string ToString() const;
+};
+
+inline const Shape& Value::shape() const { return node->shapes[index]; }
+
+// Thrown for invalid shapes/arguments while building IR: reaches Python as ValueError.
+class ShapeError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// ---- Builders (with shape inference). All elementwise builders require equal shapes and
+// dtypes: broadcasting and type promotion are explicit (ops layer).
+Value MakeDeviceData(DeviceDataPtr data);
+Value Constant(double v, DType t);                 // scalar constant
+Value ConstantInt(int64_t v, DType t);             // exact for 64-bit integers
+Value Full(double v, const Shape& s);              // broadcast scalar constant
+Value Iota(const Shape& s, int64_t dim);
+Value Convert(const Value& x, DType t);
+Value Unary(Op op, const Value& x);
+Value Binary(Op op, const Value& a, const Value& b);
+Value Compare(CompareDir dir, const Value& a, const Value& b);
+Value Select(const Value& pred, const Value& on_true, const Value& on_false);
+Value Clamp(const Value& lo, const Value& x, const Value& hi);
+Value BroadcastInDim(const Value& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& bdims);
+Value Reshape(const Value& x, const std::vector<int64_t>& dims);
+Value Transpose(const Value& x, const std::vector<int64_t>& perm);
+Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+            const std::vector<int64_t>& strides);
+Value Concatenate(const std::vector<Value>& xs, int64_t dim);
+Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
+          const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+Value Reverse(const Value& x, const std::vector<int64_t>& dims);
+Value DynamicSlice(const Value& x, const std::vector<Value>& starts, const std::vector<int64_t>& sizes);
+Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<Value>& starts);
+Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims);
+// Returns (values, indices[i64]) reducing one dim, first occurrence wins ties.
+std::pair<Value, Value> ArgReduce(ArgKind kind, const Value& x, int64_t dim);
+Value ReduceWindow(ReduceKind kind, const Value& x, const Value& init, const std::vector<int64_t>& window,
+                   const std::vector<int64_t>& strides, const std::vector<int64_t>& base_dilations,
+                   const std::vector<int64_t>& window_dilations, const std::vector<int64_t>& padding_lo_hi);
+// Cumulative sum/prod/max/min along dim (lowered to reduce_window).
+Value Cumulative(ReduceKind kind, const Value& x, int64_t dim);
+Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lhs_batch,
+                 const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                 const std::vector<int64_t>& rhs_contract, DType out);
+// Gather with StableHLO's dimension numbers.
+Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& offset_dims,
+             const std::vector<int64_t>& collapsed_slice_dims, const std::vector<int64_t>& start_index_map,
+             int64_t index_vector_dim, const std::vector<int64_t>& slice_sizes);
+// Scatter; combine: 0 = replace, 1 = add.
+Value Scatter(const Value& x, const Value& indices, const Value& updates,
+              const std::vector<int64_t>& update_window_dims, const std::vector<int64_t>& inserted_window_dims,
+              const std::vector<int64_t>& scatter_dims_to_operand_dims, int64_t index_vector_dim, int64_t combine);
+// Sort several same-shaped operands by the first along dim; returns all sorted operands.
+std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending, bool stable);
+// (new_state, bits) with THREE_FRY; state is u64[2].
+std::pair<Value, Value> RngBitGenerator(const Value& state, const Shape& bits_shape);
+Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>& strides,
+                  const std::vector<int64_t>& padding_lo_hi, const std::vector<int64_t>& lhs_dilation,
+                  const std::vector<int64_t>& rhs_dilation, int64_t feature_groups, int64_t batch_groups,
+                  const Shape& out_shape);
+Value SelectAndScatter(const Value& operand, const Value& source, const Value& init,
+                       const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
+                       const std::vector<int64_t>& padding_lo_hi);
+
+// Helpers for ops code.
+std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank);
+int64_t NormalizeDim(int64_t dim, int rank);
+std::string DimsToString(const std::vector<int64_t>& dims);
+
+}  // namespace txla::ir

@@ -1,0 +1,489 @@
+#include "lowering/stablehlo.h"
+#include "util/half.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+namespace txla::lowering {
+
+using ir::DType;
+using ir::Node;
+using ir::Op;
+using ir::Shape;
+using ir::Value;
+
+namespace {
+
+std::string T(const Shape& s) { return s.ToString(); }
+std::string ScalarT(DType t) { return Shape(t, {}).ToString(); }
+
+std::string I64Array(const std::vector<int64_t>& v) {
+  std::string s = "array<i64";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : ": ") + std::to_string(v[i]);
+  return s + ">";
+}
+
+std::string List(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string PaddingAttr(const std::vector<int64_t>& lo_hi) {
+  size_t n = lo_hi.size() / 2;
+  std::string s = "dense<[";
+  for (size_t i = 0; i < n; ++i) {
+    s += (i ? ", [" : "[") + std::to_string(lo_hi[2 * i]) + ", " + std::to_string(lo_hi[2 * i + 1]) + "]";
+  }
+  if (n == 0) return "dense<> : tensor<0x2xi64>";
+  return s + "]> : tensor<" + std::to_string(n) + "x2xi64>";
+}
+
+const char* CompareType(DType t) {
+  if (ir::IsFloating(t) || ir::IsComplex(t)) return "FLOAT";
+  if (ir::IsUnsigned(t)) return "UNSIGNED";
+  return "SIGNED";
+}
+
+const char* DirName(int64_t d) {
+  static const char* k[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+  return k[d];
+}
+
+// Emission state for one module.
+class Emitter {
+ public:
+  explicit Emitter(const ModuleSpec& spec) : spec_(spec) {}
+
+  std::string Run() {
+    for (size_t i = 0; i < spec_.params.size(); ++i) names_[spec_.params[i]] = "%arg" + std::to_string(i);
+    for (const Node* n : spec_.post_order) {
+      if (n->op == Op::kDeviceData) continue;
+      EmitNode(*n);
+    }
+    std::ostringstream os;
+    std::string name;
+    for (char c : spec_.name) name += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
+    os << "module @" << (name.empty() ? "graph" : name) << " attributes {mhlo.num_partitions = "
+       << spec_.num_partitions << " : i32, mhlo.num_replicas = " << spec_.num_replicas << " : i32} {\n";
+    os << "  func.func public @main(";
+    for (size_t i = 0; i < spec_.params.size(); ++i) {
+      os << (i ? ", " : "") << "%arg" << i << ": " << T(spec_.params[i]->shapes[0]);
+    }
+    os << ") -> (";
+    for (size_t i = 0; i < spec_.roots.size(); ++i) os << (i ? ", " : "") << T(spec_.roots[i].shape());
+    os << ") {\n" << body_.str();
+    os << "    \"func.return\"(";
+    for (size_t i = 0; i < spec_.roots.size(); ++i) os << (i ? ", " : "") << Name(spec_.roots[i]);
+    os << ") : (";
+    for (size_t i = 0; i < spec_.roots.size(); ++i) os << (i ? ", " : "") << T(spec_.roots[i].shape());
+    os << ") -> ()\n  }\n}\n";
+    return os.str();
+  }
+
+ private:
+  std::string Name(const Value& v) {
+    const std::string& base = names_.at(v.node.get());
+    if (v.node->shapes.size() == 1) return base;
+    return base + "#" + std::to_string(v.index);
+  }
+  std::string Fresh() { return "%" + std::to_string(next_++); }
+
+  // Writes `%res = "op"(operands) attrs : (types) -> result types` and names node n.
+  void Line(const Node& n, const std::string& op, const std::string& attrs, const std::string& region = "") {
+    std::string res = Fresh();
+    names_[&n] = res;
+    body_ << "    " << res;
+    if (n.shapes.size() > 1) body_ << ":" << n.shapes.size();
+    body_ << " = \"" << op << "\"(";
+    for (size_t i = 0; i < n.operands.size(); ++i) body_ << (i ? ", " : "") << Name(n.operands[i]);
+    body_ << ")";
+    if (!region.empty()) body_ << " (" << region << ")";
+    if (!attrs.empty()) body_ << " {" << attrs << "}";
+    body_ << " : (";
+    for (size_t i = 0; i < n.operands.size(); ++i) body_ << (i ? ", " : "") << T(n.operands[i].shape());
+    body_ << ") -> ";
+    if (n.shapes.size() == 1) {
+      body_ << T(n.shapes[0]);
+    } else {
+      body_ << "(";
+      for (size_t i = 0; i < n.shapes.size(); ++i) body_ << (i ? ", " : "") << T(n.shapes[i]);
+      body_ << ")";
+    }
+    body_ << "\n";
+  }
+
+  // Emits a standalone scalar constant line and returns its name.
+  std::string ScalarConst(double f, int64_t n, DType t) {
+    std::string res = Fresh();
+    body_ << "    " << res << " = \"stablehlo.constant\"() {value = " << ScalarLiteral(f, n, t) << " : "
+          << ScalarT(t) << "} : () -> " << ScalarT(t) << "\n";
+    return res;
+  }
+
+  std::string InitFor(ir::ReduceKind k, DType t) {
+    using R = ir::ReduceKind;
+    double inf = std::numeric_limits<double>::infinity();
+    bool fl = ir::IsFloating(t);
+    switch (k) {
+      case R::kSum: return ScalarConst(0, 0, t);
+      case R::kProd: return ScalarConst(1, 1, t);
+      case R::kAnd: return ScalarConst(1, 1, t);
+      case R::kOr: return ScalarConst(0, 0, t);
+      case R::kMax: return fl ? ScalarConst(-inf, 0, t) : ScalarConst(0, IntMin(t), t);
+      case R::kMin: return fl ? ScalarConst(inf, 0, t) : ScalarConst(0, IntMax(t), t);
+    }
+    return "";
+  }
+  static int64_t IntMin(DType t) {
+    switch (t) {
+      case DType::kPred: case DType::kU8: case DType::kU16: case DType::kU32: case DType::kU64: return 0;
+      case DType::kS8: return -128;
+      case DType::kS16: return -32768;
+      case DType::kS32: return std::numeric_limits<int32_t>::min();
+      default: return std::numeric_limits<int64_t>::min();
+    }
+  }
+  static int64_t IntMax(DType t) {
+    switch (t) {
+      case DType::kPred: return 1;
+      case DType::kU8: return 255;
+      case DType::kU16: return 65535;
+      case DType::kU32: return 4294967295LL;
+      case DType::kU64: return -1;  // printed as unsigned below
+      case DType::kS8: return 127;
+      case DType::kS16: return 32767;
+      case DType::kS32: return std::numeric_limits<int32_t>::max();
+      default: return std::numeric_limits<int64_t>::max();
+    }
+  }
+
+  static const char* ReducerOp(ir::ReduceKind k, DType t) {
+    using R = ir::ReduceKind;
+    switch (k) {
+      case R::kSum: return t == DType::kPred ? "stablehlo.or" : "stablehlo.add";
+      case R::kProd: return t == DType::kPred ? "stablehlo.and" : "stablehlo.multiply";
+      case R::kMax: return "stablehlo.maximum";
+      case R::kMin: return "stablehlo.minimum";
+      case R::kAnd: return "stablehlo.and";
+      case R::kOr: return "stablehlo.or";
+    }
+    return "";
+  }
+
+  // A region computing one binary op over scalars of type t.
+  std::string BinaryRegion(const char* op, DType t) {
+    std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
+    std::string r = "%r" + std::to_string(next_++);
+    std::string st = ScalarT(t);
+    return "{\n    ^bb0(" + a + ": " + st + ", " + b + ": " + st + "):\n      " + r + " = \"" + op + "\"(" + a +
+           ", " + b + ") : (" + st + ", " + st + ") -> " + st + "\n      \"stablehlo.return\"(" + r + ") : (" +
+           st + ") -> ()\n    }";
+  }
+
+  void EmitNode(const Node& n) {
+    const auto& A = n.attrs;
+    const Shape& out = n.shapes[0];
+    switch (n.op) {
+      case Op::kConstant:
+        Line(n, "stablehlo.constant", "value = " + ScalarLiteral(A.f, A.n, out.dtype) + " : " + T(out));
+        return;
+      case Op::kIota:
+        Line(n, "stablehlo.iota", "iota_dimension = " + std::to_string(A.ints[0][0]) + " : i64");
+        return;
+      case Op::kConvert: {
+        Line(n, "stablehlo.convert", "");
+        return;
+      }
+      case Op::kNeg: case Op::kAbs: case Op::kExp: case Op::kLog: case Op::kSqrt: case Op::kRsqrt:
+      case Op::kSin: case Op::kCos: case Op::kTan: case Op::kTanh: case Op::kLogistic: case Op::kFloor:
+      case Op::kCeil: case Op::kRoundEven: case Op::kRoundAfz: case Op::kSign: case Op::kLog1p:
+      case Op::kExpm1: case Op::kNot: case Op::kIsFinite: case Op::kCbrt: case Op::kReal: case Op::kImag:
+      case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kRem: case Op::kPow:
+      case Op::kMax: case Op::kMin: case Op::kAnd: case Op::kOr: case Op::kXor: case Op::kAtan2:
+      case Op::kShiftLeft: case Op::kShiftRightArithmetic: case Op::kShiftRightLogical:
+      case Op::kSelect: case Op::kClamp: case Op::kReshape:
+        Line(n, std::string("stablehlo.") + ir::OpName(n.op), "");
+        return;
+      case Op::kErf: Line(n, "chlo.erf", ""); return;
+      case Op::kErfInv: Line(n, "chlo.erf_inv", ""); return;
+      case Op::kCompare:
+        Line(n, "stablehlo.compare", std::string("comparison_direction = #stablehlo<comparison_direction ") +
+                                         DirName(A.n) + ">, compare_type = #stablehlo<comparison_type " +
+                                         CompareType(n.operands[0].dtype()) + ">");
+        return;
+      case Op::kBroadcastInDim:
+        Line(n, "stablehlo.broadcast_in_dim", "broadcast_dimensions = " + I64Array(A.ints[0]));
+        return;
+      case Op::kTranspose:
+        Line(n, "stablehlo.transpose", "permutation = " + I64Array(A.ints[0]));
+        return;
+      case Op::kSlice:
+        Line(n, "stablehlo.slice", "start_indices = " + I64Array(A.ints[0]) + ", limit_indices = " +
+                                       I64Array(A.ints[1]) + ", strides = " + I64Array(A.ints[2]));
+        return;
+      case Op::kConcatenate:
+        Line(n, "stablehlo.concatenate", "dimension = " + std::to_string(A.ints[0][0]) + " : i64");
+        return;
+      case Op::kPad:
+        Line(n, "stablehlo.pad", "edge_padding_low = " + I64Array(A.ints[0]) + ", edge_padding_high = " +
+                                     I64Array(A.ints[1]) + ", interior_padding = " + I64Array(A.ints[2]));
+        return;
+      case Op::kReverse:
+        Line(n, "stablehlo.reverse", "dimensions = " + I64Array(A.ints[0]));
+        return;
+      case Op::kDynamicSlice:
+        Line(n, "stablehlo.dynamic_slice", "slice_sizes = " + I64Array(A.ints[0]));
+        return;
+      case Op::kDynamicUpdateSlice:
+        Line(n, "stablehlo.dynamic_update_slice", "");
+        return;
+      case Op::kReduce: EmitReduce(n); return;
+      case Op::kArgReduce: EmitArgReduce(n); return;
+      case Op::kReduceWindow: {
+        auto kind = static_cast<ir::ReduceKind>(A.n);
+        std::string region = BinaryRegion(ReducerOp(kind, out.dtype), out.dtype);
+        Line(n, "stablehlo.reduce_window",
+             "window_dimensions = " + I64Array(A.ints[0]) + ", window_strides = " + I64Array(A.ints[1]) +
+                 ", base_dilations = " + I64Array(A.ints[2]) + ", window_dilations = " + I64Array(A.ints[3]) +
+                 ", padding = " + PaddingAttr(A.ints[4]),
+             region);
+        return;
+      }
+      case Op::kCumulative: EmitCumulative(n); return;
+      case Op::kSelectAndScatter: EmitSelectAndScatter(n); return;
+      case Op::kSort: EmitSort(n); return;
+      case Op::kDotGeneral:
+        Line(n, "stablehlo.dot_general",
+             "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + List(A.ints[0]) +
+                 ", rhs_batching_dimensions = " + List(A.ints[1]) + ", lhs_contracting_dimensions = " +
+                 List(A.ints[2]) + ", rhs_contracting_dimensions = " + List(A.ints[3]) + ">");
+        return;
+      case Op::kConvolution: {
+        int nsp = static_cast<int>(A.ints[0].size());
+        std::string sp;
+        for (int i = 0; i < nsp; ++i) sp += ", " + std::to_string(i);
+        Line(n, "stablehlo.convolution",
+             "batch_group_count = " + std::to_string(A.ints[4][1]) + " : i64, dimension_numbers = #stablehlo.conv<[b, f" +
+                 sp + "]x[o, i" + sp + "]->[b, f" + sp + "]>, feature_group_count = " +
+                 std::to_string(A.ints[4][0]) + " : i64, lhs_dilation = " + I64Array(A.ints[2]) +
+                 ", padding = " + PaddingAttr(A.ints[1]) + ", rhs_dilation = " + I64Array(A.ints[3]) +
+                 ", window_strides = " + I64Array(A.ints[0]));
+        return;
+      }
+      case Op::kGather:
+        Line(n, "stablehlo.gather",
+             "dimension_numbers = #stablehlo.gather<offset_dims = " + List(A.ints[0]) + ", collapsed_slice_dims = " +
+                 List(A.ints[1]) + ", start_index_map = " + List(A.ints[2]) + ", index_vector_dim = " +
+                 std::to_string(A.ints[3][0]) + ">, indices_are_sorted = false, slice_sizes = " + I64Array(A.ints[4]));
+        return;
+      case Op::kScatter: {
+        DType t = out.dtype;
+        std::string region;
+        if (A.n == 1) {
+          region = BinaryRegion(t == DType::kPred ? "stablehlo.or" : "stablehlo.add", t);
+        } else {
+          std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
+          std::string st = ScalarT(t);
+          region = "{\n    ^bb0(" + a + ": " + st + ", " + b + ": " + st + "):\n      \"stablehlo.return\"(" + b +
+                   ") : (" + st + ") -> ()\n    }";
+        }
+        Line(n, "stablehlo.scatter",
+             "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
+                 List(A.ints[0]) + ", inserted_window_dims = " + List(A.ints[1]) +
+                 ", scatter_dims_to_operand_dims = " + List(A.ints[2]) + ", index_vector_dim = " +
+                 std::to_string(A.ints[3][0]) + ">, unique_indices = false",
+             region);
+        return;
+      }
+      case Op::kRngBitGenerator:
+        Line(n, "stablehlo.rng_bit_generator", "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>");
+        return;
+      case Op::kOptimizationBarrier:
+        Line(n, "stablehlo.optimization_barrier", "");
+        return;
+      case Op::kDeviceData:
+      case Op::kNumOps:
+        break;
+    }
+    throw std::runtime_error(std::string("no StableHLO emitter for op ") + ir::OpName(n.op));
+  }
+
+  void EmitReduce(const Node& n) {
+    auto kind = static_cast<ir::ReduceKind>(n.attrs.n);
+    DType t = n.shapes[0].dtype;
+    std::string init = InitFor(kind, t);
+    std::string region = BinaryRegion(ReducerOp(kind, t), t);
+    std::string res = Fresh();
+    names_[&n] = res;
+    const Value& x = n.operands[0];
+    body_ << "    " << res << " = \"stablehlo.reduce\"(" << Name(x) << ", " << init << ") (" << region
+          << ") {dimensions = " << I64Array(n.attrs.ints[0]) << "} : (" << T(x.shape()) << ", " << ScalarT(t)
+          << ") -> " << T(n.shapes[0]) << "\n";
+  }
+
+  void EmitArgReduce(const Node& n) {
+    const Value& x = n.operands[0];
+    DType t = x.dtype();
+    int64_t dim = n.attrs.ints[0][0];
+    bool is_max = static_cast<ir::ArgKind>(n.attrs.n) == ir::ArgKind::kArgMax;
+    Shape idx_shape(DType::kS64, x.dims());
+    std::string iota = Fresh();
+    body_ << "    " << iota << " = \"stablehlo.iota\"() {iota_dimension = " << dim << " : i64} : () -> "
+          << T(idx_shape) << "\n";
+    std::string initv = InitFor(is_max ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, t);
+    std::string initi = ScalarConst(0, 0, DType::kS64);
+    std::string st = ScalarT(t), it = ScalarT(DType::kS64), pt = ScalarT(DType::kPred);
+    auto r = [&]() { return "%r" + std::to_string(next_++); };
+    std::string av = r(), ai = r(), bv = r(), bi = r();
+    std::string cmp = r(), eq = r(), lti = r(), tie = r(), pick = r(), nan = r(), pick2 = r(), v = r(), i = r();
+    std::string ct = CompareType(t);
+    std::ostringstream rg;
+    rg << "{\n    ^bb0(" << av << ": " << st << ", " << ai << ": " << it << ", " << bv << ": " << st << ", " << bi
+       << ": " << it << "):\n";
+    auto cmpline = [&](const std::string& res, const std::string& a, const std::string& b, const char* dir,
+                       const std::string& ty, const std::string& ctype) {
+      rg << "      " << res << " = \"stablehlo.compare\"(" << a << ", " << b
+         << ") {comparison_direction = #stablehlo<comparison_direction " << dir
+         << ">, compare_type = #stablehlo<comparison_type " << ctype << ">} : (" << ty << ", " << ty << ") -> "
+         << pt << "\n";
+    };
+    cmpline(cmp, av, bv, is_max ? "GT" : "LT", st, ct);
+    cmpline(eq, av, bv, "EQ", st, ct);
+    cmpline(lti, ai, bi, "LT", it, "SIGNED");
+    rg << "      " << tie << " = \"stablehlo.and\"(" << eq << ", " << lti << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    rg << "      " << pick << " = \"stablehlo.or\"(" << cmp << ", " << tie << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    if (ir::IsFloating(t)) {
+      cmpline(nan, av, av, "NE", st, ct);  // NaN wins, as in eager
+      rg << "      " << pick2 << " = \"stablehlo.or\"(" << pick << ", " << nan << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    } else {
+      pick2 = pick;
+    }
+    rg << "      " << v << " = \"stablehlo.select\"(" << pick2 << ", " << av << ", " << bv << ") : (" << pt << ", "
+       << st << ", " << st << ") -> " << st << "\n";
+    rg << "      " << i << " = \"stablehlo.select\"(" << pick2 << ", " << ai << ", " << bi << ") : (" << pt << ", "
+       << it << ", " << it << ") -> " << it << "\n";
+    rg << "      \"stablehlo.return\"(" << v << ", " << i << ") : (" << st << ", " << it << ") -> ()\n    }";
+    std::string res = Fresh();
+    names_[&n] = res;
+    body_ << "    " << res << ":2 = \"stablehlo.reduce\"(" << Name(x) << ", " << iota << ", " << initv << ", "
+          << initi << ") (" << rg.str() << ") {dimensions = array<i64: " << dim << ">} : (" << T(x.shape())
+          << ", " << T(idx_shape) << ", " << st << ", " << it << ") -> (" << T(n.shapes[0]) << ", "
+          << T(n.shapes[1]) << ")\n";
+  }
+
+  void EmitCumulative(const Node& n) {
+    const Value& x = n.operands[0];
+    auto kind = static_cast<ir::ReduceKind>(n.attrs.n);
+    DType t = x.dtype();
+    int64_t dim = n.attrs.ints[0][0];
+    int rank = x.rank();
+    std::vector<int64_t> window(rank, 1), strides(rank, 1), ones(rank, 1), pad(2 * rank, 0);
+    window[dim] = x.dims()[dim];
+    pad[2 * dim] = x.dims()[dim] - 1;
+    std::string init = InitFor(kind, t);
+    std::string region = BinaryRegion(ReducerOp(kind, t), t);
+    std::string res = Fresh();
+    names_[&n] = res;
+    body_ << "    " << res << " = \"stablehlo.reduce_window\"(" << Name(x) << ", " << init << ") (" << region
+          << ") {window_dimensions = " << I64Array(window) << ", window_strides = " << I64Array(strides)
+          << ", base_dilations = " << I64Array(ones) << ", window_dilations = " << I64Array(ones)
+          << ", padding = " << PaddingAttr(pad) << "} : (" << T(x.shape()) << ", " << ScalarT(t) << ") -> "
+          << T(n.shapes[0]) << "\n";
+  }
+
+  void EmitSelectAndScatter(const Node& n) {
+    DType t = n.operands[0].dtype();
+    std::string st = ScalarT(t), pt = ScalarT(DType::kPred);
+    std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++), c = "%r" + std::to_string(next_++);
+    std::string select = "{\n    ^bb0(" + a + ": " + st + ", " + b + ": " + st + "):\n      " + c +
+                         " = \"stablehlo.compare\"(" + a + ", " + b +
+                         ") {comparison_direction = #stablehlo<comparison_direction GE>, compare_type = "
+                         "#stablehlo<comparison_type " + CompareType(t) + ">} : (" + st + ", " + st + ") -> " + pt +
+                         "\n      \"stablehlo.return\"(" + c + ") : (" + pt + ") -> ()\n    }";
+    std::string scatter = BinaryRegion("stablehlo.add", t);
+    Line(n, "stablehlo.select_and_scatter",
+         "padding = " + PaddingAttr(n.attrs.ints[2]) + ", window_dimensions = " + I64Array(n.attrs.ints[0]) +
+             ", window_strides = " + I64Array(n.attrs.ints[1]),
+         select + ", " + scatter);
+  }
+
+  void EmitSort(const Node& n) {
+    bool descending = n.attrs.n & 1;
+    bool stable = n.attrs.n & 2;
+    std::ostringstream rg;
+    std::vector<std::string> args;
+    rg << "{\n    ^bb0(";
+    for (size_t i = 0; i < n.operands.size(); ++i) {
+      std::string st = ScalarT(n.operands[i].dtype());
+      std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
+      args.push_back(a);
+      args.push_back(b);
+      rg << (i ? ", " : "") << a << ": " << st << ", " << b << ": " << st;
+    }
+    DType t0 = n.operands[0].dtype();
+    std::string st0 = ScalarT(t0), pt = ScalarT(DType::kPred);
+    std::string c = "%r" + std::to_string(next_++);
+    const char* ctype = ir::IsFloating(t0) ? "TOTALORDER" : CompareType(t0);
+    rg << "):\n      " << c << " = \"stablehlo.compare\"(" << args[0] << ", " << args[1]
+       << ") {comparison_direction = #stablehlo<comparison_direction " << (descending ? "GT" : "LT")
+       << ">, compare_type = #stablehlo<comparison_type " << ctype << ">} : (" << st0 << ", " << st0 << ") -> "
+       << pt << "\n      \"stablehlo.return\"(" << c << ") : (" << pt << ") -> ()\n    }";
+    Line(n, "stablehlo.sort",
+         "dimension = " + std::to_string(n.attrs.ints[0][0]) + " : i64, is_stable = " + (stable ? "true" : "false"),
+         rg.str());
+  }
+
+  const ModuleSpec& spec_;
+  std::unordered_map<const Node*, std::string> names_;
+  std::ostringstream body_;
+  int64_t next_ = 0;
+};
+
+}  // namespace
+
+std::string ScalarLiteral(double f, int64_t n, DType t) {
+  char buf[64];
+  switch (t) {
+    case DType::kPred: return (n != 0 || f != 0) ? "dense<true>" : "dense<false>";
+    case DType::kF32: {
+      float v = static_cast<float>(f);
+      uint32_t b;
+      std::memcpy(&b, &v, 4);
+      std::snprintf(buf, sizeof buf, "dense<0x%08X>", b);
+      return buf;
+    }
+    case DType::kF64: {
+      uint64_t b;
+      std::memcpy(&b, &f, 8);
+      std::snprintf(buf, sizeof buf, "dense<0x%016llX>", (unsigned long long)b);
+      return buf;
+    }
+    case DType::kF16:
+      std::snprintf(buf, sizeof buf, "dense<0x%04X>", FloatToHalfBits(static_cast<float>(f)));
+      return buf;
+    case DType::kBF16:
+      std::snprintf(buf, sizeof buf, "dense<0x%04X>", FloatToBf16Bits(static_cast<float>(f)));
+      return buf;
+    case DType::kC64: case DType::kC128: {
+      std::ostringstream os;
+      os.precision(17);
+      os << "dense<(" << f << ", 0.0)>";
+      return os.str();
+    }
+    case DType::kU64:
+      std::snprintf(buf, sizeof buf, "dense<%llu>", (unsigned long long)n);
+      return buf;
+    default:
+      std::snprintf(buf, sizeof buf, "dense<%lld>", (long long)n);
+      return buf;
+  }
+}
+
+std::string EmitStableHlo(const ModuleSpec& spec) { return Emitter(spec).Run(); }
+
+}  // namespace txla::lowering

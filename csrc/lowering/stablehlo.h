@@ -1,0 +1,24 @@
+// Lowers a post-ordered IR graph to a StableHLO module in MLIR's generic op form. Torch-free.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace txla::lowering {
+
+struct ModuleSpec {
+  std::string name = "SyncTensorsGraph";
+  std::vector<const ir::Node*> post_order;  // every node, operands before users
+  std::vector<const ir::Node*> params;      // kDeviceData nodes, in argument order
+  std::vector<ir::Value> roots;             // results, in order
+  int num_replicas = 1;
+  int num_partitions = 1;
+};
+
+std::string EmitStableHlo(const ModuleSpec& spec);
+
+// Text of a scalar constant of type t as an MLIR dense literal (hex for floats: exact, inf/nan-safe).
+std::string ScalarLiteral(double f, int64_t n, ir::DType t);
+
+}  // namespace txla::lowering

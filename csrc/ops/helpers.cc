@@ -1,0 +1,352 @@
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "graph/graph.h"
+#include "ops/op_table.h"
+
+namespace txla::ops {
+
+using ir::Op;
+
+DType Scalar::NaturalType() const {
+  switch (kind) {
+    case kBool: return DType::kPred;
+    case kInt: return DType::kS64;
+    case kFloat: return DType::kF32;
+    case kComplex: return DType::kC64;
+  }
+  return DType::kF32;
+}
+
+// ---------------------------------------------------------------- OpArgs accessors
+void OpArgs::Fail(const std::string& msg) const { throw ir::ShapeError(op_name + ": " + msg); }
+const TensorArg& OpArgs::T(size_t k) const {
+  if (k >= args.size() || args[k].kind != Arg::kTensor) Fail("argument " + std::to_string(k) + " is not a tensor");
+  return args[k].t;
+}
+std::optional<Value> OpArgs::OptV(size_t k) const {
+  if (IsNone(k) || args[k].kind != Arg::kTensor || !args[k].t.defined()) return std::nullopt;
+  return args[k].t.v;
+}
+const std::vector<TensorArg>& OpArgs::TL(size_t k) const {
+  if (k >= args.size() || (args[k].kind != Arg::kTensorList && args[k].kind != Arg::kOptTensorList)) {
+    Fail("argument " + std::to_string(k) + " is not a tensor list");
+  }
+  return args[k].tl;
+}
+int64_t OpArgs::Int(size_t k) const {
+  if (k >= args.size()) Fail("missing int argument");
+  const Arg& a = args[k];
+  if (a.kind == Arg::kInt) return a.i;
+  if (a.kind == Arg::kBool) return a.b;
+  if (a.kind == Arg::kScalar) return a.s.AsInt();
+  Fail("argument " + std::to_string(k) + " is not an int");
+}
+std::optional<int64_t> OpArgs::OptInt(size_t k) const {
+  if (IsNone(k)) return std::nullopt;
+  return Int(k);
+}
+double OpArgs::Double(size_t k) const {
+  if (k >= args.size()) Fail("missing float argument");
+  const Arg& a = args[k];
+  if (a.kind == Arg::kDouble) return a.f;
+  if (a.kind == Arg::kInt) return static_cast<double>(a.i);
+  if (a.kind == Arg::kScalar) return a.s.AsDouble();
+  Fail("argument " + std::to_string(k) + " is not a float");
+}
+std::optional<double> OpArgs::OptDouble(size_t k) const {
+  if (IsNone(k)) return std::nullopt;
+  return Double(k);
+}
+bool OpArgs::Bool(size_t k, bool def) const {
+  if (IsNone(k)) return def;
+  const Arg& a = args[k];
+  if (a.kind == Arg::kBool) return a.b;
+  if (a.kind == Arg::kInt) return a.i != 0;
+  Fail("argument " + std::to_string(k) + " is not a bool");
+}
+const std::vector<int64_t>& OpArgs::Ints(size_t k) const {
+  if (k >= args.size() || args[k].kind != Arg::kIntList) Fail("argument " + std::to_string(k) + " is not an int list");
+  return args[k].il;
+}
+std::optional<std::vector<int64_t>> OpArgs::OptInts(size_t k) const {
+  if (IsNone(k)) return std::nullopt;
+  if (args[k].kind == Arg::kInt) return std::vector<int64_t>{args[k].i};
+  return Ints(k);
+}
+const Scalar& OpArgs::S(size_t k) const {
+  if (k >= args.size() || args[k].kind != Arg::kScalar) Fail("argument " + std::to_string(k) + " is not a scalar");
+  return args[k].s;
+}
+std::optional<Scalar> OpArgs::OptS(size_t k) const {
+  if (IsNone(k)) return std::nullopt;
+  return S(k);
+}
+std::optional<DType> OpArgs::OptDType(size_t k) const {
+  if (IsNone(k)) return std::nullopt;
+  if (args[k].kind != Arg::kDType) Fail("argument " + std::to_string(k) + " is not a dtype");
+  return args[k].dtype;
+}
+const std::string& OpArgs::Str(size_t k) const {
+  if (k >= args.size() || args[k].kind != Arg::kString) Fail("argument " + std::to_string(k) + " is not a string");
+  return args[k].str;
+}
+
+// ---------------------------------------------------------------- type promotion
+namespace {
+int Category(DType t) {
+  if (t == DType::kPred) return 0;
+  if (ir::IsIntegral(t, false)) return 1;
+  if (ir::IsFloating(t)) return 2;
+  return 3;
+}
+int IntRank(DType t) {
+  switch (t) {
+    case DType::kU8: case DType::kS8: return 1;
+    case DType::kS16: case DType::kU16: return 2;
+    case DType::kS32: case DType::kU32: return 3;
+    default: return 4;
+  }
+}
+int FloatRank(DType t) {
+  switch (t) {
+    case DType::kF16: case DType::kBF16: return 1;
+    case DType::kF32: return 2;
+    default: return 3;
+  }
+}
+DType ToComplex(DType t) { return t == DType::kF64 ? DType::kC128 : DType::kC64; }
+}  // namespace
+
+DType PromoteTypes(DType a, DType b) {
+  if (a == b) return a;
+  int ca = Category(a), cb = Category(b);
+  if (ca != cb) {
+    DType hi = ca > cb ? a : b, lo = ca > cb ? b : a;
+    if (Category(hi) == 3 && lo == DType::kF64) return DType::kC128;
+    return hi;
+  }
+  switch (ca) {
+    case 1: {
+      bool ua = ir::IsUnsigned(a), ub = ir::IsUnsigned(b);
+      if (ua != ub) {  // u8 with a signed type
+        DType s = ua ? b : a;
+        return s == DType::kS8 ? DType::kS16 : s;
+      }
+      return IntRank(a) >= IntRank(b) ? a : b;
+    }
+    case 2:
+      if (FloatRank(a) == 1 && FloatRank(b) == 1) return DType::kF32;  // f16 + bf16
+      return FloatRank(a) >= FloatRank(b) ? a : b;
+    case 3:
+      return (a == DType::kC128 || b == DType::kC128) ? DType::kC128 : DType::kC64;
+  }
+  return a;
+}
+
+namespace {
+constexpr int kUndef = -1;
+int CombineCategories(int higher, int lower) {
+  if (higher == kUndef) return lower;
+  if (lower == kUndef) return higher;
+  DType h = static_cast<DType>(higher), l = static_cast<DType>(lower);
+  if (ir::IsComplex(h)) return higher;
+  if (ir::IsComplex(l)) return ir::IsFloating(h) ? static_cast<int>(ToComplex(h)) : lower;
+  if (ir::IsFloating(h)) return higher;
+  if (h == DType::kPred || ir::IsFloating(l)) return static_cast<int>(PromoteTypes(h, l));
+  return higher;
+}
+int PromoteSkip(int a, DType b) { return a == kUndef ? static_cast<int>(b) : static_cast<int>(PromoteTypes(static_cast<DType>(a), b)); }
+}  // namespace
+
+DType ResultType(const std::vector<const TensorArg*>& tensors, const std::vector<const Scalar*>& scalars) {
+  int dim = kUndef, zero = kUndef, wrapped = kUndef;
+  for (const TensorArg* t : tensors) {
+    if (!t || !t->defined()) continue;
+    DType d = t->v.dtype();
+    if (t->wrapped_number) {
+      if (ir::IsFloating(d)) d = DType::kF32;
+      else if (ir::IsComplex(d)) d = DType::kC64;
+      wrapped = PromoteSkip(wrapped, d);
+    } else if (t->v.rank() == 0) {
+      zero = PromoteSkip(zero, d);
+    } else {
+      dim = PromoteSkip(dim, d);
+    }
+  }
+  for (const Scalar* s : scalars) wrapped = PromoteSkip(wrapped, s->NaturalType());
+  int r = CombineCategories(dim, CombineCategories(zero, wrapped));
+  return r == kUndef ? DType::kF32 : static_cast<DType>(r);
+}
+
+DType FloatOf(DType t) { return ir::IsIntegral(t, true) ? DType::kF32 : t; }
+
+// ---------------------------------------------------------------- shapes
+std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw ir::ShapeError("The size of tensor a (" + std::to_string(da) + ") must match the size of tensor b (" +
+                           std::to_string(db) + ") at non-singleton dimension " + std::to_string(i));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Value BroadcastTo(const Value& x, const std::vector<int64_t>& dims) {
+  if (x.dims() == dims) return x;
+  int off = static_cast<int>(dims.size()) - x.rank();
+  if (off < 0) throw ir::ShapeError("cannot broadcast " + ir::DimsToString(x.dims()) + " to " + ir::DimsToString(dims));
+  // Drop size-1 dims that need expanding so broadcast_in_dim sees exact sizes.
+  std::vector<int64_t> keep_dims, bdims;
+  for (int i = 0; i < x.rank(); ++i) {
+    int64_t d = x.dims()[i], od = dims[i + off];
+    if (d == od) {
+      keep_dims.push_back(d);
+      bdims.push_back(i + off);
+    } else if (d != 1) {
+      throw ir::ShapeError("The expanded size of the tensor (" + std::to_string(od) +
+                           ") must match the existing size (" + std::to_string(d) + ") at non-singleton dimension " +
+                           std::to_string(i + off) + ".  Target sizes: " + ir::DimsToString(dims) +
+                           ".  Tensor sizes: " + ir::DimsToString(x.dims()));
+    }
+  }
+  Value r = keep_dims.size() == x.dims().size() ? x : ir::Reshape(x, keep_dims);
+  return ir::BroadcastInDim(r, dims, bdims);
+}
+
+Value Cast(const Value& x, DType t) {
+  if (x.dtype() == t) return x;
+  if (t == DType::kPred) return ir::Compare(ir::CompareDir::kNE, x, ir::Full(0, x.shape()));
+  if (ir::IsIntegral(t, false) && ir::IsFloating(x.dtype())) {
+    // C-style truncation toward zero, as eager.
+    return ir::Convert(x, t);
+  }
+  return ir::Convert(x, t);
+}
+
+Value ScalarV(const Scalar& s, DType t, int device) {
+  if (ir::IsIntegral(t, true)) return graph::ScalarValue(s.AsDouble(), s.AsInt(), t, device);
+  return graph::ScalarValue(s.AsDouble(), s.AsInt(), t, device);
+}
+Value ScalarV(double v, DType t, int device) {
+  return graph::ScalarValue(v, static_cast<int64_t>(v), t, device);
+}
+
+Value Bin(Op op, const Value& a, const Value& b) {
+  auto dims = BroadcastShapes(a.dims(), b.dims());
+  return ir::Binary(op, BroadcastTo(a, dims), BroadcastTo(b, dims));
+}
+Value Cmp(ir::CompareDir d, const Value& a, const Value& b) {
+  auto dims = BroadcastShapes(a.dims(), b.dims());
+  return ir::Compare(d, BroadcastTo(a, dims), BroadcastTo(b, dims));
+}
+Value Where(const Value& pred, const Value& a, const Value& b) {
+  auto dims = BroadcastShapes(BroadcastShapes(pred.dims(), a.dims()), b.dims());
+  return ir::Select(BroadcastTo(pred, dims), BroadcastTo(a, dims), BroadcastTo(b, dims));
+}
+
+Value SumDims(const Value& x, const std::vector<int64_t>& dims_in, bool keepdim, DType out) {
+  std::vector<int64_t> dims = dims_in;
+  if (dims.empty()) {
+    dims.resize(x.rank());
+    std::iota(dims.begin(), dims.end(), 0);
+  }
+  dims = ir::NormalizeDims(dims, x.rank());
+  Value in = Cast(x, out);
+  Value r = ir::Reduce(ir::ReduceKind::kSum, in, dims);
+  return keepdim ? KeepDims(r, x.dims(), dims) : r;
+}
+
+Value KeepDims(const Value& reduced, const std::vector<int64_t>& in_dims, const std::vector<int64_t>& rdims) {
+  std::vector<int64_t> shape = in_dims;
+  for (int64_t d : rdims) shape[d] = 1;
+  return ir::Reshape(reduced, shape);
+}
+
+Value Matmul2d(const Value& a, const Value& b) {
+  return ir::DotGeneral(a, b, {}, {}, {1}, {0}, a.dtype());
+}
+
+Value PermuteDims(const Value& x, const std::vector<int64_t>& perm) {
+  return ir::Transpose(x, ir::NormalizeDims(perm, x.rank()));
+}
+
+Value Softmax(const Value& x, int64_t dim, bool log) {
+  dim = ir::NormalizeDim(dim, x.rank());
+  if (x.rank() == 0) return log ? ir::Full(0, x.shape()) : ir::Full(1, x.shape());
+  Value mx = KeepDims(ir::Reduce(ir::ReduceKind::kMax, x, {dim}), x.dims(), {dim});
+  // Guard -inf rows (all masked): use 0 as the shift so we produce NaN like eager only when eager does.
+  Value finite = ir::Unary(Op::kIsFinite, mx);
+  mx = ir::Select(finite, mx, ir::Full(0, mx.shape()));
+  Value shifted = Bin(Op::kSub, x, mx);
+  Value e = ir::Unary(Op::kExp, shifted);
+  Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, e, {dim}), x.dims(), {dim});
+  if (log) return Bin(Op::kSub, shifted, ir::Unary(Op::kLog, s));
+  return Bin(Op::kDiv, e, s);
+}
+
+Value RandomUniform(const ir::Shape& s, int device) {
+  Value state = graph::NextRngState(device);
+  bool f64 = s.dtype == DType::kF64;
+  ir::Shape bits_shape(f64 ? DType::kU64 : DType::kU32, s.dims);
+  Value bits = ir::RngBitGenerator(state, bits_shape).second;
+  // Take the top mantissa bits: uniform in [0, 1) with 24 (53) bits of randomness.
+  Value f;
+  if (f64) {
+    Value top = ir::Binary(Op::kShiftRightLogical, bits, ir::Full(11, bits.shape()));
+    f = ir::Binary(Op::kMul, ir::Convert(top, DType::kF64), ir::Full(1.0 / 9007199254740992.0, ir::Shape(DType::kF64, s.dims)));
+  } else {
+    Value top = ir::Binary(Op::kShiftRightLogical, bits, ir::Full(8, bits.shape()));
+    f = ir::Binary(Op::kMul, ir::Convert(top, DType::kF32), ir::Full(1.0 / 16777216.0, ir::Shape(DType::kF32, s.dims)));
+  }
+  return Cast(f, s.dtype);
+}
+
+Value RandomNormal(const ir::Shape& s, int device) {
+  // Box-Muller on two uniforms.
+  DType ct = s.dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  ir::Shape cs(ct, s.dims);
+  Value u1 = RandomUniform(cs, device);
+  Value u2 = RandomUniform(cs, device);
+  Value one = ir::Full(1, cs);
+  Value r = ir::Unary(Op::kSqrt, ir::Binary(Op::kMul, ir::Full(-2, cs), ir::Unary(Op::kLog, ir::Binary(Op::kSub, one, u1))));
+  Value th = ir::Binary(Op::kMul, ir::Full(2 * M_PI, cs), u2);
+  return Cast(ir::Binary(Op::kMul, r, ir::Unary(Op::kCos, th)), s.dtype);
+}
+
+int64_t ProductOf(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel) {
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) throw ir::ShapeError("only one dimension can be inferred");
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel % known != 0) {
+      throw ir::ShapeError("shape '" + ir::DimsToString(shape) + "' is invalid for input of size " + std::to_string(numel));
+    }
+    shape[infer] = numel / known;
+  }
+  if (ProductOf(shape) != numel) {
+    throw ir::ShapeError("shape '" + ir::DimsToString(shape) + "' is invalid for input of size " + std::to_string(numel));
+  }
+  return shape;
+}
+
+}  // namespace txla::ops

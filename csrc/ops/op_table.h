@@ -1,0 +1,108 @@
+// The op table: one row per aten overload we lower natively. A row maps the aten schema name to a
+// function from torch-free arguments to IR values. Composites of existing primitives need only a
+// row; a new primitive also needs a builder (ir/) and an emitter (lowering/). Torch-free.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace txla::ops {
+
+using ir::DType;
+using ir::Value;
+
+struct Scalar {
+  enum Kind { kBool, kInt, kFloat, kComplex } kind = kFloat;
+  double f = 0;
+  int64_t i = 0;
+  double AsDouble() const { return kind == kInt || kind == kBool ? static_cast<double>(i) : f; }
+  int64_t AsInt() const { return kind == kInt || kind == kBool ? i : static_cast<int64_t>(f); }
+  DType NaturalType() const;  // bool -> pred, int -> i64, float -> f32 (default dtype), complex -> c64
+};
+
+struct TensorArg {
+  Value v;
+  bool wrapped_number = false;  // a Python number turned into a 0-dim tensor
+  bool defined() const { return static_cast<bool>(v); }
+};
+
+struct Arg {
+  enum Kind { kNone, kTensor, kTensorList, kOptTensorList, kInt, kDouble, kBool, kIntList, kScalar, kString,
+              kDType, kDevice, kOther } kind = kNone;
+  TensorArg t;
+  std::vector<TensorArg> tl;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  std::vector<int64_t> il;
+  Scalar s;
+  std::string str;
+  DType dtype = DType::kF32;
+};
+
+class OpArgs {
+ public:
+  std::vector<Arg> args;
+  int device = 0;
+  std::string op_name;
+
+  size_t size() const { return args.size(); }
+  bool IsNone(size_t k) const { return k >= args.size() || args[k].kind == Arg::kNone; }
+  const TensorArg& T(size_t k) const;
+  const Value& V(size_t k) const { return T(k).v; }
+  std::optional<Value> OptV(size_t k) const;
+  const std::vector<TensorArg>& TL(size_t k) const;
+  int64_t Int(size_t k) const;
+  std::optional<int64_t> OptInt(size_t k) const;
+  double Double(size_t k) const;
+  std::optional<double> OptDouble(size_t k) const;
+  bool Bool(size_t k, bool def = false) const;
+  const std::vector<int64_t>& Ints(size_t k) const;
+  std::optional<std::vector<int64_t>> OptInts(size_t k) const;
+  const Scalar& S(size_t k) const;
+  std::optional<Scalar> OptS(size_t k) const;
+  std::optional<DType> OptDType(size_t k) const;
+  const std::string& Str(size_t k) const;
+  [[noreturn]] void Fail(const std::string& msg) const;
+};
+
+using OpFn = std::function<std::vector<Value>(OpArgs&)>;
+struct OpRow {
+  std::string aten;  // "add.Tensor" (namespace aten implied); overload "" for the default
+  OpFn fn;
+};
+const std::vector<OpRow>& OpTable();
+const OpRow* FindOp(const std::string& aten);
+
+// ---- Helpers shared by rows (ops/helpers.cc).
+DType PromoteTypes(DType a, DType b);
+// PyTorch's result_type over tensors (dim / zero-dim / wrapped priority) and scalars.
+DType ResultType(const std::vector<const TensorArg*>& tensors, const std::vector<const Scalar*>& scalars = {});
+std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+Value BroadcastTo(const Value& x, const std::vector<int64_t>& dims);
+Value Cast(const Value& x, DType t);
+// Scalar as a graph value of type t (constant for 0/1, else a cached device input).
+Value ScalarV(const Scalar& s, DType t, int device);
+Value ScalarV(double v, DType t, int device);
+// Elementwise binary op with broadcasting; both operands already converted to compute type.
+Value Bin(ir::Op op, const Value& a, const Value& b);
+Value Cmp(ir::CompareDir d, const Value& a, const Value& b);
+Value Where(const Value& pred, const Value& a, const Value& b);
+DType FloatOf(DType t);  // integer/bool -> f32 (default dtype), floats unchanged
+Value SumDims(const Value& x, const std::vector<int64_t>& dims, bool keepdim, DType out);
+Value KeepDims(const Value& reduced, const std::vector<int64_t>& in_dims, const std::vector<int64_t>& reduced_dims);
+Value Matmul2d(const Value& a, const Value& b);
+Value PermuteDims(const Value& x, const std::vector<int64_t>& perm);
+Value Softmax(const Value& x, int64_t dim, bool log);
+// Uniform [0,1) floats of shape s from the device RNG.
+Value RandomUniform(const ir::Shape& s, int device);
+Value RandomNormal(const ir::Shape& s, int device);
+int64_t ProductOf(const std::vector<int64_t>& v);
+std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel);
+
+}  // namespace txla::ops

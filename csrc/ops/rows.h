@@ -1,0 +1,11 @@
+// Internal: row groups of the op table.
+#pragma once
+#include "ops/op_table.h"
+
+namespace txla::ops {
+void AddElementwiseRows(std::vector<OpRow>& rows);
+void AddShapeRows(std::vector<OpRow>& rows);
+void AddReductionRows(std::vector<OpRow>& rows);
+void AddNnRows(std::vector<OpRow>& rows);
+void AddFactoryRows(std::vector<OpRow>& rows);
+}  // namespace txla::ops

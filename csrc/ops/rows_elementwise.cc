@@ -1,0 +1,333 @@
+// Op table rows: elementwise arithmetic, comparisons, activations and their backward ops.
+#include <cmath>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::CompareDir;
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+// Converts tensor argument k to the compute type.
+Value In(const OpArgs& a, size_t k, DType t) { return Cast(a.V(k), t); }
+
+// A float unary op: integer inputs compute in float32, as eager.
+OpFn FloatUnary(Op op) {
+  return [op](OpArgs& a) -> V {
+    DType t = FloatOf(a.V(0).dtype());
+    return {ir::Unary(op, Cast(a.V(0), t))};
+  };
+}
+OpFn SameUnary(Op op) {
+  return [op](OpArgs& a) -> V { return {ir::Unary(op, a.V(0))}; };
+}
+
+// self (op) other*alpha, other a tensor (k=1) or scalar.
+OpFn AddSub(Op op, bool scalar_other, bool reverse) {
+  return [=](OpArgs& a) -> V {
+    const TensorArg& self = a.T(0);
+    DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+    if (t == DType::kPred && op == Op::kSub) a.Fail("Subtraction, the `-` operator, with two bool tensors is not supported.");
+    Value x = Cast(self.v, t);
+    Value y = scalar_other ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    const Scalar& alpha = a.S(2);
+    if (!(alpha.AsDouble() == 1.0)) {
+      Value al = ScalarV(alpha, t, a.device);
+      if (reverse) x = Bin(Op::kMul, x, al); else y = Bin(Op::kMul, y, al);
+    }
+    if (t == DType::kPred) return {Bin(op == Op::kAdd ? Op::kOr : Op::kXor, x, y)};
+    return {reverse ? Bin(op, y, x) : Bin(op, x, y)};
+  };
+}
+
+OpFn BinaryArith(Op op, bool scalar_other) {
+  return [=](OpArgs& a) -> V {
+    const TensorArg& self = a.T(0);
+    DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+    Value x = Cast(self.v, t);
+    Value y = scalar_other ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    if (t == DType::kPred && op == Op::kMul) return {Bin(Op::kAnd, x, y)};
+    return {Bin(op, x, y)};
+  };
+}
+
+Value TrueDiv(const Value& x, const Value& y) { return Bin(Op::kDiv, x, y); }
+
+Value FloorDivInt(const Value& x, const Value& y) {
+  auto dims = BroadcastShapes(x.dims(), y.dims());
+  Value a = BroadcastTo(x, dims), b = BroadcastTo(y, dims);
+  Value q = ir::Binary(Op::kDiv, a, b);
+  Value r = ir::Binary(Op::kRem, a, b);
+  Value zero = ir::Full(0, r.shape());
+  Value fix = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, r, zero),
+                         ir::Compare(CompareDir::kNE, ir::Compare(CompareDir::kLT, r, zero),
+                                     ir::Compare(CompareDir::kLT, b, zero)));
+  return ir::Select(fix, ir::Binary(Op::kSub, q, ir::Full(1, q.shape())), q);
+}
+
+V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mode, DType t) {
+  if (!mode) {
+    DType ft = FloatOf(t);
+    return {TrueDiv(Cast(a.V(0), ft), Cast(other_in, ft))};
+  }
+  Value x = Cast(a.V(0), t), y = Cast(other_in, t);
+  if (ir::IsIntegral(t, true)) {
+    if (*mode == "trunc") return {Bin(Op::kDiv, x, y)};
+    return {FloorDivInt(x, y)};
+  }
+  Value q = Bin(Op::kDiv, x, y);
+  if (*mode == "trunc") return {ir::Select(ir::Compare(CompareDir::kLT, q, ir::Full(0, q.shape())),
+                                           ir::Unary(Op::kCeil, q), ir::Unary(Op::kFloor, q))};
+  if (*mode == "floor") return {ir::Unary(Op::kFloor, q)};
+  a.Fail("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '" + *mode + "'");
+}
+
+OpFn Comparison(CompareDir d, bool scalar_other) {
+  return [=](OpArgs& a) -> V {
+    const TensorArg& self = a.T(0);
+    DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+    Value y = scalar_other ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    return {Cmp(d, Cast(self.v, t), y)};
+  };
+}
+
+Value Sigmoid(const Value& x) { return ir::Unary(Op::kLogistic, x); }
+
+Value Gelu(const Value& x, const std::string& approx) {
+  const ir::Shape& s = x.shape();
+  if (approx == "tanh") {
+    Value inner = ir::Binary(Op::kMul, ir::Full(std::sqrt(2.0 / M_PI), s),
+                             ir::Binary(Op::kAdd, x, ir::Binary(Op::kMul, ir::Full(0.044715, s),
+                                                                ir::Binary(Op::kMul, x, ir::Binary(Op::kMul, x, x)))));
+    return ir::Binary(Op::kMul, ir::Binary(Op::kMul, ir::Full(0.5, s), x),
+                      ir::Binary(Op::kAdd, ir::Full(1, s), ir::Unary(Op::kTanh, inner)));
+  }
+  Value cdf = ir::Binary(Op::kMul, ir::Full(0.5, s),
+                         ir::Binary(Op::kAdd, ir::Full(1, s),
+                                    ir::Unary(Op::kErf, ir::Binary(Op::kMul, x, ir::Full(M_SQRT1_2, s)))));
+  return ir::Binary(Op::kMul, x, cdf);
+}
+
+Value GeluBackward(const Value& g, const Value& x, const std::string& approx) {
+  const ir::Shape& s = x.shape();
+  auto F = [&](double v) { return ir::Full(v, s); };
+  auto mul = [](const Value& p, const Value& q) { return ir::Binary(Op::kMul, p, q); };
+  auto add = [](const Value& p, const Value& q) { return ir::Binary(Op::kAdd, p, q); };
+  if (approx == "tanh") {
+    const double k = std::sqrt(2.0 / M_PI), c = 0.044715;
+    Value x2 = mul(x, x);
+    Value inner = mul(F(k), add(x, mul(F(c), mul(x2, x))));
+    Value t = ir::Unary(Op::kTanh, inner);
+    Value left = mul(F(0.5), add(F(1), t));
+    Value dinner = mul(F(k), add(F(1), mul(F(3 * c), x2)));
+    Value right = mul(mul(F(0.5), x), mul(ir::Binary(Op::kSub, F(1), mul(t, t)), dinner));
+    return mul(g, add(left, right));
+  }
+  Value cdf = mul(F(0.5), add(F(1), ir::Unary(Op::kErf, mul(x, F(M_SQRT1_2)))));
+  Value pdf = mul(F(0.5 * M_2_SQRTPI * M_SQRT1_2), ir::Unary(Op::kExp, mul(F(-0.5), mul(x, x))));
+  return mul(g, add(cdf, mul(x, pdf)));
+}
+
+// Elementwise rows with tensor operands all converted to the promoted type.
+template <typename F>
+OpFn Promoted(F f, std::vector<size_t> tensors) {
+  return [f, tensors](OpArgs& a) -> V {
+    std::vector<const TensorArg*> ts;
+    for (size_t k : tensors) ts.push_back(&a.T(k));
+    DType t = ResultType(ts);
+    return {f(a, t)};
+  };
+}
+
+}  // namespace
+
+void AddElementwiseRows(std::vector<OpRow>& rows) {
+  rows.push_back({"add.Tensor", AddSub(Op::kAdd, false, false)});
+  rows.push_back({"add.Scalar", AddSub(Op::kAdd, true, false)});
+  rows.push_back({"sub.Tensor", AddSub(Op::kSub, false, false)});
+  rows.push_back({"sub.Scalar", AddSub(Op::kSub, true, false)});
+  rows.push_back({"rsub.Tensor", AddSub(Op::kSub, false, true)});
+  rows.push_back({"rsub.Scalar", AddSub(Op::kSub, true, true)});
+  rows.push_back({"mul.Tensor", BinaryArith(Op::kMul, false)});
+  rows.push_back({"mul.Scalar", BinaryArith(Op::kMul, true)});
+  rows.push_back({"maximum", BinaryArith(Op::kMax, false)});
+  rows.push_back({"minimum", BinaryArith(Op::kMin, false)});
+  rows.push_back({"div.Tensor", [](OpArgs& a) -> V {
+    return DivMode(a, a.V(1), std::nullopt, ResultType({&a.T(0), &a.T(1)}));
+  }});
+  rows.push_back({"div.Scalar", [](OpArgs& a) -> V {
+    DType t = FloatOf(ResultType({&a.T(0)}, {&a.S(1)}));
+    return {Bin(Op::kDiv, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
+  }});
+  rows.push_back({"div.Tensor_mode", [](OpArgs& a) -> V {
+    std::optional<std::string> mode;
+    if (!a.IsNone(2)) mode = a.Str(2);
+    return DivMode(a, a.V(1), mode, ResultType({&a.T(0), &a.T(1)}));
+  }});
+  rows.push_back({"pow.Tensor_Scalar", [](OpArgs& a) -> V {
+    const Scalar& e = a.S(1);
+    DType t = ResultType({&a.T(0)}, {&e});
+    Value x = Cast(a.V(0), t);
+    double ev = e.AsDouble();
+    if (ev == 2.0) return {ir::Binary(Op::kMul, x, x)};
+    if (ev == 1.0) return {x};
+    if (ev == 0.5 && !ir::IsIntegral(t, true)) return {ir::Unary(Op::kSqrt, x)};
+    if (ev == -1.0 && !ir::IsIntegral(t, true)) return {ir::Binary(Op::kDiv, ir::Full(1, x.shape()), x)};
+    return {Bin(Op::kPow, x, ScalarV(e, t, a.device))};
+  }});
+  rows.push_back({"pow.Tensor_Tensor", BinaryArith(Op::kPow, false)});
+  rows.push_back({"pow.Scalar", [](OpArgs& a) -> V {
+    const Scalar& base = a.S(0);
+    const TensorArg& e = a.T(1);
+    DType t = ResultType({&e}, {&base});
+    return {Bin(Op::kPow, ScalarV(base, t, a.device), Cast(e.v, t))};
+  }});
+
+  rows.push_back({"neg", SameUnary(Op::kNeg)});
+  rows.push_back({"abs", SameUnary(Op::kAbs)});
+  rows.push_back({"exp", FloatUnary(Op::kExp)});
+  rows.push_back({"expm1", FloatUnary(Op::kExpm1)});
+  rows.push_back({"log", FloatUnary(Op::kLog)});
+  rows.push_back({"log1p", FloatUnary(Op::kLog1p)});
+  rows.push_back({"sqrt", FloatUnary(Op::kSqrt)});
+  rows.push_back({"rsqrt", FloatUnary(Op::kRsqrt)});
+  rows.push_back({"sin", FloatUnary(Op::kSin)});
+  rows.push_back({"cos", FloatUnary(Op::kCos)});
+  rows.push_back({"tan", FloatUnary(Op::kTan)});
+  rows.push_back({"tanh", FloatUnary(Op::kTanh)});
+  rows.push_back({"erf", FloatUnary(Op::kErf)});
+  rows.push_back({"sigmoid", FloatUnary(Op::kLogistic)});
+  rows.push_back({"floor", [](OpArgs& a) -> V {
+    return {ir::IsIntegral(a.V(0).dtype(), true) ? a.V(0) : ir::Unary(Op::kFloor, a.V(0))};
+  }});
+  rows.push_back({"ceil", [](OpArgs& a) -> V {
+    return {ir::IsIntegral(a.V(0).dtype(), true) ? a.V(0) : ir::Unary(Op::kCeil, a.V(0))};
+  }});
+  rows.push_back({"round", [](OpArgs& a) -> V {
+    return {ir::IsIntegral(a.V(0).dtype(), true) ? a.V(0) : ir::Unary(Op::kRoundEven, a.V(0))};
+  }});
+  rows.push_back({"sign", [](OpArgs& a) -> V {
+    if (a.V(0).dtype() == DType::kPred) return {a.V(0)};
+    return {ir::Unary(Op::kSign, a.V(0))};
+  }});
+  rows.push_back({"logical_not", [](OpArgs& a) -> V {
+    return {ir::Unary(Op::kNot, Cast(a.V(0), DType::kPred))};
+  }});
+  rows.push_back({"bitwise_not", SameUnary(Op::kNot)});
+  rows.push_back({"reciprocal", [](OpArgs& a) -> V {
+    Value x = Cast(a.V(0), FloatOf(a.V(0).dtype()));
+    return {ir::Binary(Op::kDiv, ir::Full(1, x.shape()), x)};
+  }});
+  rows.push_back({"relu", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (x.dtype() == DType::kPred) a.Fail("\"clamp_min_scalar_cpu\" not implemented for 'Bool'");
+    return {ir::Binary(Op::kMax, x, ir::Full(0, x.shape()))};
+  }});
+  rows.push_back({"gelu", [](OpArgs& a) -> V { return {Gelu(a.V(0), a.IsNone(1) ? "none" : a.Str(1))}; }});
+  rows.push_back({"gelu_backward", [](OpArgs& a) -> V {
+    return {GeluBackward(a.V(0), a.V(1), a.IsNone(2) ? "none" : a.Str(2))};
+  }});
+  rows.push_back({"silu", [](OpArgs& a) -> V { return {ir::Binary(Op::kMul, a.V(0), Sigmoid(a.V(0)))}; }});
+  rows.push_back({"silu_backward", [](OpArgs& a) -> V {
+    Value x = a.V(1), s = Sigmoid(x);
+    Value one = ir::Full(1, x.shape());
+    Value d = ir::Binary(Op::kMul, s, ir::Binary(Op::kAdd, one, ir::Binary(Op::kMul, x, ir::Binary(Op::kSub, one, s))));
+    return {Bin(Op::kMul, a.V(0), d)};
+  }});
+  rows.push_back({"sigmoid_backward", [](OpArgs& a) -> V {
+    Value y = a.V(1);
+    return {Bin(Op::kMul, a.V(0), ir::Binary(Op::kMul, y, ir::Binary(Op::kSub, ir::Full(1, y.shape()), y)))};
+  }});
+  rows.push_back({"tanh_backward", [](OpArgs& a) -> V {
+    Value y = a.V(1);
+    return {Bin(Op::kMul, a.V(0), ir::Binary(Op::kSub, ir::Full(1, y.shape()), ir::Binary(Op::kMul, y, y)))};
+  }});
+  rows.push_back({"threshold_backward", [](OpArgs& a) -> V {
+    Value x = a.V(1), g = a.V(0);
+    Value th = ScalarV(a.S(2), x.dtype(), a.device);
+    return {Where(Cmp(CompareDir::kLE, x, th), ir::Full(0, g.shape()), g)};
+  }});
+
+  rows.push_back({"eq.Tensor", Comparison(CompareDir::kEQ, false)});
+  rows.push_back({"eq.Scalar", Comparison(CompareDir::kEQ, true)});
+  rows.push_back({"ne.Tensor", Comparison(CompareDir::kNE, false)});
+  rows.push_back({"ne.Scalar", Comparison(CompareDir::kNE, true)});
+  rows.push_back({"lt.Tensor", Comparison(CompareDir::kLT, false)});
+  rows.push_back({"lt.Scalar", Comparison(CompareDir::kLT, true)});
+  rows.push_back({"le.Tensor", Comparison(CompareDir::kLE, false)});
+  rows.push_back({"le.Scalar", Comparison(CompareDir::kLE, true)});
+  rows.push_back({"gt.Tensor", Comparison(CompareDir::kGT, false)});
+  rows.push_back({"gt.Scalar", Comparison(CompareDir::kGT, true)});
+  rows.push_back({"ge.Tensor", Comparison(CompareDir::kGE, false)});
+  rows.push_back({"ge.Scalar", Comparison(CompareDir::kGE, true)});
+  rows.push_back({"logical_and", [](OpArgs& a) -> V {
+    return {Bin(Op::kAnd, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
+  }});
+  rows.push_back({"logical_or", [](OpArgs& a) -> V {
+    return {Bin(Op::kOr, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
+  }});
+
+  rows.push_back({"where.self", Promoted([](OpArgs& a, DType t) {
+    return Where(Cast(a.V(0), DType::kPred), Cast(a.V(1), t), Cast(a.V(2), t));
+  }, {1, 2})});
+  rows.push_back({"masked_fill.Scalar", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {Where(a.V(1), ScalarV(a.S(2), x.dtype(), a.device), x)};
+  }});
+  rows.push_back({"masked_fill.Tensor", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {Where(a.V(1), Cast(a.V(2), x.dtype()), x)};
+  }});
+  rows.push_back({"clamp", [](OpArgs& a) -> V {
+    std::vector<const Scalar*> ss;
+    auto lo = a.OptS(1), hi = a.OptS(2);
+    if (lo) ss.push_back(&*lo);
+    if (hi) ss.push_back(&*hi);
+    DType t = ResultType({&a.T(0)}, ss);
+    Value x = Cast(a.V(0), t);
+    if (lo) x = Bin(Op::kMax, x, ScalarV(*lo, t, a.device));
+    if (hi) x = Bin(Op::kMin, x, ScalarV(*hi, t, a.device));
+    return {x};
+  }});
+  rows.push_back({"clamp.Tensor", [](OpArgs& a) -> V {
+    std::vector<const TensorArg*> ts{&a.T(0)};
+    if (a.OptV(1)) ts.push_back(&a.T(1));
+    if (a.OptV(2)) ts.push_back(&a.T(2));
+    DType t = ResultType(ts);
+    Value x = Cast(a.V(0), t);
+    if (auto lo = a.OptV(1)) x = Bin(Op::kMax, x, Cast(*lo, t));
+    if (auto hi = a.OptV(2)) x = Bin(Op::kMin, x, Cast(*hi, t));
+    return {x};
+  }});
+  rows.push_back({"clamp_min", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0)}, {&a.S(1)});
+    return {Bin(Op::kMax, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
+  }});
+  rows.push_back({"clamp_max", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0)}, {&a.S(1)});
+    return {Bin(Op::kMin, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
+  }});
+  rows.push_back({"lerp.Scalar", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    Value x = Cast(a.V(0), t), e = Cast(a.V(1), t);
+    return {Bin(Op::kAdd, x, Bin(Op::kMul, ScalarV(a.S(2), t, a.device), Bin(Op::kSub, e, x)))};
+  }});
+  rows.push_back({"addcmul", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)});
+    Value p = Bin(Op::kMul, Cast(a.V(1), t), Cast(a.V(2), t));
+    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, Cast(a.V(0), t), p)};
+  }});
+  rows.push_back({"addcdiv", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)});
+    Value p = Bin(Op::kDiv, Cast(a.V(1), t), Cast(a.V(2), t));
+    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, Cast(a.V(0), t), p)};
+  }});
+  (void)In;
+}
+
+}  // namespace txla::ops

@@ -1,0 +1,216 @@
+// Op table rows: softmax, losses, embedding, layer norm, dropout and their backward ops.
+#include <numeric>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::CompareDir;
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+// One-hot mask [N, C] of target [N] (class axis 1), false where target == ignore_index.
+std::pair<Value, Value> TargetMask(const Value& target, int64_t classes, int64_t ignore_index) {
+  int64_t n = target.dims()[0];
+  Value t = Cast(target, DType::kS64);
+  Value iota = ir::Iota(ir::Shape(DType::kS64, {n, classes}), 1);
+  Value tb = ir::BroadcastInDim(t, {n, classes}, {0});
+  Value valid = ir::Compare(CompareDir::kNE, t, ir::Full(static_cast<double>(ignore_index), t.shape()));
+  Value onehot = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kEQ, iota, tb), ir::BroadcastInDim(valid, {n, classes}, {0}));
+  return {onehot, valid};
+}
+
+// Per-sample weights w[target] * valid, as dtype t.
+Value SampleWeights(const std::optional<Value>& weight, const Value& onehot, const Value& valid, DType t) {
+  if (!weight) return Cast(valid, t);
+  Value wb = ir::BroadcastInDim(Cast(*weight, t), onehot.dims(), {1});
+  return ir::Reduce(ir::ReduceKind::kSum, ir::Select(onehot, wb, ir::Full(0, wb.shape())), {1});
+}
+
+Value LayerNormStat(const Value& x, const std::vector<int64_t>& axes) {
+  return KeepDims(ir::Reduce(ir::ReduceKind::kSum, x, axes), x.dims(), axes);
+}
+
+}  // namespace
+
+void AddNnRows(std::vector<OpRow>& rows) {
+  rows.push_back({"_softmax", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (a.Bool(2)) x = Cast(x, DType::kF32);
+    return {Softmax(x, a.Int(1), false)};
+  }});
+  rows.push_back({"_log_softmax", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (a.Bool(2)) x = Cast(x, DType::kF32);
+    return {Softmax(x, a.Int(1), true)};
+  }});
+  rows.push_back({"_softmax_backward_data", [](OpArgs& a) -> V {
+    Value g = a.V(0), y = a.V(1);
+    int64_t dim = ir::NormalizeDim(a.Int(2), y.rank());
+    Value gy = ir::Binary(Op::kMul, g, y);
+    Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, gy, {dim}), y.dims(), {dim});
+    Value r = ir::Binary(Op::kMul, y, Bin(Op::kSub, g, s));
+    return {Cast(r, a.args[3].dtype)};
+  }});
+  rows.push_back({"_log_softmax_backward_data", [](OpArgs& a) -> V {
+    Value g = a.V(0), y = a.V(1);
+    int64_t dim = ir::NormalizeDim(a.Int(2), y.rank());
+    Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, g, {dim}), y.dims(), {dim});
+    Value r = ir::Binary(Op::kSub, g, Bin(Op::kMul, ir::Unary(Op::kExp, y), s));
+    return {Cast(r, a.args[3].dtype)};
+  }});
+
+  rows.push_back({"nll_loss_forward", [](OpArgs& a) -> V {
+    Value x = a.V(0), target = a.V(1);
+    auto weight = a.OptV(2);
+    int64_t reduction = a.Int(3), ignore = a.Int(4);
+    bool one_d = x.rank() == 1;
+    if (one_d) {
+      x = ir::Reshape(x, {1, x.dims()[0]});
+      target = ir::Reshape(target, {1});
+    }
+    if (x.rank() != 2) a.Fail("input tensors of rank > 2 go through nll_loss2d");
+    if (target.dims()[0] != x.dims()[0]) {
+      a.Fail("Expected input batch_size (" + std::to_string(x.dims()[0]) + ") to match target batch_size (" +
+             std::to_string(target.dims()[0]) + ").");
+    }
+    DType t = x.dtype();
+    auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
+    Value w = SampleWeights(weight, onehot, valid, t);
+    Value picked = ir::Reduce(ir::ReduceKind::kSum, ir::Select(onehot, x, ir::Full(0, x.shape())), {1});
+    Value losses = ir::Unary(Op::kNeg, ir::Binary(Op::kMul, picked, w));
+    Value total = ir::Reduce(ir::ReduceKind::kSum, w, {0});
+    if (reduction == 0) {
+      return {one_d ? ir::Reshape(losses, {}) : losses, total};
+    }
+    Value sum = ir::Reduce(ir::ReduceKind::kSum, losses, {0});
+    if (reduction == 2) return {sum, total};
+    return {ir::Binary(Op::kDiv, sum, total), total};
+  }});
+  rows.push_back({"nll_loss_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0), x = a.V(1), target = a.V(2);
+    auto weight = a.OptV(3);
+    int64_t reduction = a.Int(4), ignore = a.Int(5);
+    Value total = a.V(6);
+    std::vector<int64_t> in_dims = x.dims();
+    if (x.rank() == 1) {
+      x = ir::Reshape(x, {1, x.dims()[0]});
+      target = ir::Reshape(target, {1});
+      if (g.rank() == 1 || (reduction == 0 && g.rank() == 0)) g = ir::Reshape(g, reduction == 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{});
+    }
+    DType t = x.dtype();
+    auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
+    Value w = SampleWeights(weight, onehot, valid, t);  // [N]
+    Value scale;                                      // [N]
+    if (reduction == 0) {
+      scale = ir::Binary(Op::kMul, Cast(g, t), w);
+    } else {
+      Value gs = Cast(ir::Reshape(g, {}), t);
+      if (reduction == 1) gs = ir::Binary(Op::kDiv, gs, Cast(total, t));
+      scale = ir::Binary(Op::kMul, ir::BroadcastInDim(gs, w.dims(), {}), w);
+    }
+    Value neg = ir::Unary(Op::kNeg, ir::BroadcastInDim(scale, x.dims(), {0}));
+    Value grad = ir::Select(onehot, neg, ir::Full(0, x.shape()));
+    return {ir::Reshape(grad, in_dims)};
+  }});
+
+  rows.push_back({"embedding", [](OpArgs& a) -> V {
+    Value w = a.V(0), idx = a.V(1);
+    if (w.rank() != 2) a.Fail("'weight' must be 2-D");
+    int64_t n = idx.shape().numel(), d = w.dims()[1];
+    Value i1 = ir::Reshape(Cast(idx, DType::kS64), {n, 1});
+    Value rows_ = ir::Gather(w, i1, {1}, {0}, {0}, 1, {1, d});
+    std::vector<int64_t> out = idx.dims();
+    out.push_back(d);
+    return {ir::Reshape(rows_, out)};
+  }});
+  rows.push_back({"embedding_dense_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0), idx = a.V(1);
+    int64_t num_weights = a.Int(2), padding_idx = a.Int(3);
+    if (a.Bool(4)) a.Fail("scale_grad_by_freq is not lowered");
+    int64_t d = g.dims().back(), n = idx.shape().numel();
+    Value i = Cast(ir::Reshape(idx, {n}), DType::kS64);
+    Value upd = ir::Reshape(g, {n, d});
+    if (padding_idx >= 0) {
+      Value keep = ir::Compare(CompareDir::kNE, i, ir::Full(static_cast<double>(padding_idx), i.shape()));
+      upd = ir::Select(ir::BroadcastInDim(keep, {n, d}, {0}), upd, ir::Full(0, upd.shape()));
+    }
+    Value zeros = ir::Full(0, ir::Shape(g.dtype(), {num_weights, d}));
+    return {ir::Scatter(zeros, ir::Reshape(i, {n, 1}), upd, {1}, {0}, {0}, 1, 1)};
+  }});
+
+  rows.push_back({"native_layer_norm", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& ns = a.Ints(1);
+    auto w = a.OptV(2), b = a.OptV(3);
+    double eps = a.Double(4);
+    int r = x.rank(), k = static_cast<int>(ns.size());
+    for (int i = 0; i < k; ++i) {
+      if (x.dims()[r - k + i] != ns[i]) a.Fail("Given normalized_shape=" + ir::DimsToString(ns) + ", expected input with shape [*, " + std::to_string(ns[i]) + "], but got input of size" + ir::DimsToString(x.dims()));
+    }
+    std::vector<int64_t> axes;
+    for (int i = r - k; i < r; ++i) axes.push_back(i);
+    DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value xc = Cast(x, ct);
+    double n = static_cast<double>(ProductOf(ns));
+    Value mean = ir::Binary(Op::kDiv, LayerNormStat(xc, axes), ir::Full(n, LayerNormStat(xc, axes).shape()));
+    Value centered = Bin(Op::kSub, xc, mean);
+    Value var = LayerNormStat(ir::Binary(Op::kMul, centered, centered), axes);
+    var = ir::Binary(Op::kDiv, var, ir::Full(n, var.shape()));
+    Value rstd = ir::Unary(Op::kRsqrt, ir::Binary(Op::kAdd, var, ir::Full(eps, var.shape())));
+    Value y = Bin(Op::kMul, centered, rstd);
+    if (w) y = Bin(Op::kMul, y, Cast(*w, ct));
+    if (b) y = Bin(Op::kAdd, y, Cast(*b, ct));
+    return {Cast(y, x.dtype()), Cast(mean, x.dtype()), Cast(rstd, x.dtype())};
+  }});
+  rows.push_back({"native_layer_norm_backward", [](OpArgs& a) -> V {
+    Value go = a.V(0), x = a.V(1);
+    const auto& ns = a.Ints(2);
+    Value mean = a.V(3), rstd = a.V(4);
+    auto w = a.OptV(5), b = a.OptV(6);
+    const auto& mask_arg = a.args[7];
+    std::vector<bool> mask = {true, true, true};
+    if (mask_arg.kind == Arg::kIntList) for (size_t i = 0; i < 3 && i < mask_arg.il.size(); ++i) mask[i] = mask_arg.il[i];
+    int r = x.rank(), k = static_cast<int>(ns.size());
+    std::vector<int64_t> axes, batch_axes;
+    for (int i = 0; i < r; ++i) (i >= r - k ? axes : batch_axes).push_back(i);
+    DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value g = Cast(go, ct), xc = Cast(x, ct), m = Cast(mean, ct), rs = Cast(rstd, ct);
+    Value xhat = Bin(Op::kMul, Bin(Op::kSub, xc, m), rs);
+    V out(3);
+    if (mask[0]) {
+      Value gw = w ? Bin(Op::kMul, g, Cast(*w, ct)) : g;
+      double n = static_cast<double>(ProductOf(ns));
+      Value mg = LayerNormStat(gw, axes);
+      mg = ir::Binary(Op::kDiv, mg, ir::Full(n, mg.shape()));
+      Value mgx = LayerNormStat(ir::Binary(Op::kMul, gw, xhat), axes);
+      mgx = ir::Binary(Op::kDiv, mgx, ir::Full(n, mgx.shape()));
+      Value dx = Bin(Op::kMul, rs, Bin(Op::kSub, Bin(Op::kSub, gw, mg), Bin(Op::kMul, xhat, mgx)));
+      out[0] = Cast(dx, x.dtype());
+    }
+    if (mask[1] && w) out[1] = Cast(ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, g, xhat), batch_axes), w->dtype());
+    if (mask[2] && b) out[2] = Cast(ir::Reduce(ir::ReduceKind::kSum, g, batch_axes), b->dtype());
+    return out;
+  }});
+
+  rows.push_back({"native_dropout", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    double p = a.Double(1);
+    bool train = a.Bool(2, true);
+    if (!train || p == 0) return {x, ir::Full(1, ir::Shape(DType::kPred, x.dims()))};
+    if (p >= 1) return {ir::Full(0, x.shape()), ir::Full(0, ir::Shape(DType::kPred, x.dims()))};
+    Value u = RandomUniform(ir::Shape(DType::kF32, x.dims()), a.device);
+    Value keep = ir::Compare(CompareDir::kLT, u, ir::Full(1 - p, u.shape()));
+    Value scaled = ir::Binary(Op::kMul, x, ir::Full(1.0 / (1 - p), x.shape()));
+    return {ir::Select(keep, scaled, ir::Full(0, x.shape())), keep};
+  }});
+  rows.push_back({"native_dropout_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0), m = a.V(1);
+    Value s = ir::Binary(Op::kMul, g, ir::Full(a.Double(2), g.shape()));
+    return {ir::Select(Cast(m, DType::kPred), s, ir::Full(0, g.shape()))};
+  }});
+}
+
+}  // namespace txla::ops

@@ -1,0 +1,154 @@
+// Op table rows: reductions and matrix products.
+#include <numeric>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+std::vector<int64_t> AllDims(const Value& x) {
+  std::vector<int64_t> d(x.rank());
+  std::iota(d.begin(), d.end(), 0);
+  return d;
+}
+
+DType SumType(const Value& x, std::optional<DType> dt) {
+  if (dt) return *dt;
+  return ir::IsIntegral(x.dtype(), true) ? DType::kS64 : x.dtype();
+}
+
+std::vector<int64_t> DimsOrAll(const OpArgs& a, size_t k, const Value& x) {
+  auto d = a.OptInts(k);
+  if (!d || d->empty()) return AllDims(x);
+  return ir::NormalizeDims(*d, x.rank());
+}
+
+Value MinMax(ir::ReduceKind kind, const Value& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Value r = ir::Reduce(kind, x, dims);
+  return keepdim ? KeepDims(r, x.dims(), dims) : r;
+}
+
+V ArgMinMax(const OpArgs& a, ir::ArgKind kind) {
+  Value x = a.V(0);
+  auto dim = a.OptInt(1);
+  bool keepdim = a.Bool(2);
+  if (x.shape().numel() == 0) a.Fail("Expected reduction dim to be specified for input.numel() == 0.");
+  if (!dim) {
+    Value flat = ir::Reshape(x, {x.shape().numel()});
+    Value idx = ir::ArgReduce(kind, flat, 0).second;
+    if (keepdim) return {ir::Reshape(idx, std::vector<int64_t>(x.rank(), 1))};
+    return {idx};
+  }
+  if (x.rank() == 0) return {ir::ConstantInt(0, DType::kS64)};
+  int64_t d = ir::NormalizeDim(*dim, x.rank());
+  Value idx = ir::ArgReduce(kind, x, d).second;
+  return {keepdim ? KeepDims(idx, x.dims(), {d}) : idx};
+}
+
+V MinMaxDim(const OpArgs& a, ir::ArgKind kind) {
+  Value x = a.V(0);
+  bool keepdim = a.Bool(2);
+  if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
+  int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+  if (x.dims()[d] == 0) a.Fail("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+  auto [vals, idx] = ir::ArgReduce(kind, x, d);
+  if (keepdim) return {KeepDims(vals, x.dims(), {d}), KeepDims(idx, x.dims(), {d})};
+  return {vals, idx};
+}
+
+Value BatchedMatmul(const Value& a, const Value& b) {
+  return ir::DotGeneral(a, b, {0}, {0}, {2}, {1}, a.dtype());
+}
+
+}  // namespace
+
+void AddReductionRows(std::vector<OpRow>& rows) {
+  rows.push_back({"sum", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {SumDims(x, AllDims(x), false, SumType(x, a.OptDType(1)))};
+  }});
+  rows.push_back({"sum.dim_IntList", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {SumDims(x, DimsOrAll(a, 1, x), a.Bool(2), SumType(x, a.OptDType(3)))};
+  }});
+  auto mean = [](const Value& x, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dt,
+                 const OpArgs& a) -> Value {
+    DType t = dt ? *dt : x.dtype();
+    if (!ir::IsFloating(t) && !ir::IsComplex(t)) {
+      a.Fail("mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. "
+             "Got: " + std::string(ir::DTypeName(x.dtype())));
+    }
+    int64_t count = 1;
+    for (int64_t d : dims) count *= x.dims()[d];
+    Value s = SumDims(x, dims, keepdim, t);
+    return ir::Binary(Op::kDiv, s, ir::Full(static_cast<double>(count), s.shape()));
+  };
+  rows.push_back({"mean", [mean](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {mean(x, AllDims(x), false, a.OptDType(1), a)};
+  }});
+  rows.push_back({"mean.dim", [mean](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {mean(x, DimsOrAll(a, 1, x), a.Bool(2), a.OptDType(3), a)};
+  }});
+  rows.push_back({"max", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (x.shape().numel() == 0) a.Fail("max(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+    return {MinMax(ir::ReduceKind::kMax, x, AllDims(x), false)};
+  }});
+  rows.push_back({"min", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (x.shape().numel() == 0) a.Fail("min(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+    return {MinMax(ir::ReduceKind::kMin, x, AllDims(x), false)};
+  }});
+  rows.push_back({"amax", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {MinMax(ir::ReduceKind::kMax, x, DimsOrAll(a, 1, x), a.Bool(2))};
+  }});
+  rows.push_back({"amin", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {MinMax(ir::ReduceKind::kMin, x, DimsOrAll(a, 1, x), a.Bool(2))};
+  }});
+  rows.push_back({"max.dim", [](OpArgs& a) -> V { return MinMaxDim(a, ir::ArgKind::kArgMax); }});
+  rows.push_back({"min.dim", [](OpArgs& a) -> V { return MinMaxDim(a, ir::ArgKind::kArgMin); }});
+  rows.push_back({"argmax", [](OpArgs& a) -> V { return ArgMinMax(a, ir::ArgKind::kArgMax); }});
+  rows.push_back({"argmin", [](OpArgs& a) -> V { return ArgMinMax(a, ir::ArgKind::kArgMin); }});
+  rows.push_back({"cumsum", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    DType t = SumType(x, a.OptDType(2));
+    if (x.rank() == 0) return {Cast(x, t)};
+    return {ir::Cumulative(ir::ReduceKind::kSum, Cast(x, t), a.Int(1))};
+  }});
+
+  rows.push_back({"mm", [](OpArgs& a) -> V {
+    Value x = a.V(0), y = a.V(1);
+    if (x.rank() != 2 || y.rank() != 2) a.Fail("self must be a matrix");
+    if (x.dtype() != y.dtype()) a.Fail("expected m1 and m2 to have the same dtype");
+    return {Matmul2d(x, y)};
+  }});
+  rows.push_back({"bmm", [](OpArgs& a) -> V {
+    Value x = a.V(0), y = a.V(1);
+    if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
+    if (x.dtype() != y.dtype()) a.Fail("expected scalar type of both operands to match");
+    return {BatchedMatmul(x, y)};
+  }});
+  rows.push_back({"addmm", [](OpArgs& a) -> V {
+    Value self = a.V(0), m = Matmul2d(a.V(1), a.V(2));
+    DType t = m.dtype();
+    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
+    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
+    if (beta == 0.0) return {m};
+    Value s = Cast(self, t);
+    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"dot", [](OpArgs& a) -> V {
+    return {ir::DotGeneral(a.V(0), a.V(1), {}, {}, {0}, {0}, a.V(0).dtype())};
+  }});
+}
+
+}  // namespace txla::ops

@@ -1,0 +1,723 @@
+// The runtime layer over the PJRT C API (see runtime.h).
+//
+// Conventions:
+//  * Every PJRT args struct is made by MakeArgs<T>(T_STRUCT_SIZE): zero-filled,
+//    struct_size set. Nothing else sets struct_size.
+//  * Every PJRT_Error goes through Check(), which throws PjrtError("<what>: <msg>").
+//  * Every API function is fetched through PJRT_FN(api, Name), which throws
+//    "not supported by this plugin" when the plugin's PJRT_Api is too old to
+//    have the slot (beyond its struct_size) or leaves it null.
+//  * Each PJRT handle has exactly one owner: Buffer, Executable, Client, and the
+//    local helpers Event and ExecutableRef below.
+//
+// Executing on a device other than the first one (verified with the
+// xla-cpu-pjrt plugin, PJRT API 0.81, cpu_device_count=2):
+//  * Compiled with device_assignment {{1}}: the executable's addressable
+//    devices are [device 1]. Executing with execute_device == nullptr runs it
+//    on device 1 and the outputs live there; execute_device = device 1 is
+//    accepted as well.
+//  * Compiled without a device assignment: bound to device 0. Executing with
+//    execute_device = device 1 fails with "ExecuteShard attempted to execute on
+//    device id 1 which is not addressable by this client" (an error, no abort);
+//    likewise a {{1}} executable asked to run on device 0.
+//  * Compiled with compile_portable_executable=true (not emitted by
+//    EncodeCompileOptions): runs on whichever device execute_device names.
+// So callers wanting device i compile with device_assignment {{DeviceId(i)}}.
+// Execute() passes execute_device = nullptr when the executable is bound to
+// exactly that one device, and the explicit device otherwise (a portable
+// executable, or one device of a multi-device executable).
+//
+// Other CPU-plugin behaviour worth knowing:
+//  * Arguments are checked by count and byte size only: an i32[2,3] buffer
+//    passed for an f32[2,3] parameter, or f32[3,2] for f32[2,3], is accepted.
+//  * Without cpu_device_count the client had 4 devices here (a 2-core host).
+
+#include "runtime/runtime.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <pjrt_c_api.h>
+
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace txla::runtime {
+
+PjrtError::~PjrtError() = default;
+
+namespace {
+
+template <class T>
+T MakeArgs(size_t struct_size) {
+  T a;
+  std::memset(&a, 0, sizeof a);
+  a.struct_size = struct_size;
+  return a;
+}
+
+// Returns the API function in `slot`, or throws if the plugin does not provide it.
+template <class F>
+F* RequireFn(const PJRT_Api* api, size_t offset, F* const* slot, const char* name) {
+  if (api == nullptr) throw PjrtError(std::string(name) + ": no PJRT API (object not initialized)");
+  if (offset + sizeof(F*) > api->struct_size || *slot == nullptr) {
+    std::ostringstream os;
+    os << name << " is not supported by this plugin (PJRT API "
+       << api->pjrt_api_version.major_version << "." << api->pjrt_api_version.minor_version << ")";
+    throw PjrtError(os.str());
+  }
+  return *slot;
+}
+#define PJRT_FN(api, name) RequireFn((api), offsetof(PJRT_Api, name), &(api)->name, #name)
+
+// For destructors: destroys an error without throwing.
+void Discard(const PJRT_Api* api, PJRT_Error* err) noexcept {
+  if (err == nullptr || api == nullptr || api->PJRT_Error_Destroy == nullptr) return;
+  auto a = MakeArgs<PJRT_Error_Destroy_Args>(PJRT_Error_Destroy_Args_STRUCT_SIZE);
+  a.error = err;
+  api->PJRT_Error_Destroy(&a);
+}
+
+// Owns one PJRT_Event; Await() throws the event's error.
+class Event {
+ public:
+  Event(const PJRT_Api* api, PJRT_Event* ev) : api_(api), ev_(ev) {}
+  ~Event() {
+    if (ev_ == nullptr) return;
+    auto a = MakeArgs<PJRT_Event_Destroy_Args>(PJRT_Event_Destroy_Args_STRUCT_SIZE);
+    a.event = ev_;
+    try {
+      Discard(api_, PJRT_FN(api_, PJRT_Event_Destroy)(&a));
+    } catch (...) {
+    }
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void Await(const char* what) const {
+    if (ev_ == nullptr) return;
+    auto a = MakeArgs<PJRT_Event_Await_Args>(PJRT_Event_Await_Args_STRUCT_SIZE);
+    a.event = ev_;
+    Check(api_, PJRT_FN(api_, PJRT_Event_Await)(&a), what);
+  }
+
+ private:
+  const PJRT_Api* api_;
+  PJRT_Event* ev_;
+};
+
+// Owns the PJRT_Executable view of a loaded executable.
+class ExecutableRef {
+ public:
+  ExecutableRef(const PJRT_Api* api, PJRT_LoadedExecutable* loaded) : api_(api) {
+    if (loaded == nullptr) throw PjrtError("executable is empty (moved from or never compiled)");
+    auto a = MakeArgs<PJRT_LoadedExecutable_GetExecutable_Args>(
+        PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE);
+    a.loaded_executable = loaded;
+    Check(api_, PJRT_FN(api_, PJRT_LoadedExecutable_GetExecutable)(&a), "LoadedExecutable_GetExecutable");
+    exe_ = a.executable;
+  }
+  ~ExecutableRef() {
+    if (exe_ == nullptr) return;
+    auto a = MakeArgs<PJRT_Executable_Destroy_Args>(PJRT_Executable_Destroy_Args_STRUCT_SIZE);
+    a.executable = exe_;
+    try {
+      Discard(api_, PJRT_FN(api_, PJRT_Executable_Destroy)(&a));
+    } catch (...) {
+    }
+  }
+  ExecutableRef(const ExecutableRef&) = delete;
+  ExecutableRef& operator=(const ExecutableRef&) = delete;
+  PJRT_Executable* get() const { return exe_; }
+
+ private:
+  const PJRT_Api* api_;
+  PJRT_Executable* exe_ = nullptr;
+};
+
+PJRT_Buffer_Type ToPjrtType(ElementType t) {
+  switch (t) {
+    case ElementType::kPred: return PJRT_Buffer_Type_PRED;
+    case ElementType::kS8: return PJRT_Buffer_Type_S8;
+    case ElementType::kS16: return PJRT_Buffer_Type_S16;
+    case ElementType::kS32: return PJRT_Buffer_Type_S32;
+    case ElementType::kS64: return PJRT_Buffer_Type_S64;
+    case ElementType::kU8: return PJRT_Buffer_Type_U8;
+    case ElementType::kU16: return PJRT_Buffer_Type_U16;
+    case ElementType::kU32: return PJRT_Buffer_Type_U32;
+    case ElementType::kU64: return PJRT_Buffer_Type_U64;
+    case ElementType::kF16: return PJRT_Buffer_Type_F16;
+    case ElementType::kBF16: return PJRT_Buffer_Type_BF16;
+    case ElementType::kF32: return PJRT_Buffer_Type_F32;
+    case ElementType::kF64: return PJRT_Buffer_Type_F64;
+    case ElementType::kC64: return PJRT_Buffer_Type_C64;
+    case ElementType::kC128: return PJRT_Buffer_Type_C128;
+  }
+  throw PjrtError("unknown ElementType " + std::to_string(static_cast<int>(t)));
+}
+
+ElementType FromPjrtType(PJRT_Buffer_Type t) {
+  switch (t) {
+    case PJRT_Buffer_Type_PRED: return ElementType::kPred;
+    case PJRT_Buffer_Type_S8: return ElementType::kS8;
+    case PJRT_Buffer_Type_S16: return ElementType::kS16;
+    case PJRT_Buffer_Type_S32: return ElementType::kS32;
+    case PJRT_Buffer_Type_S64: return ElementType::kS64;
+    case PJRT_Buffer_Type_U8: return ElementType::kU8;
+    case PJRT_Buffer_Type_U16: return ElementType::kU16;
+    case PJRT_Buffer_Type_U32: return ElementType::kU32;
+    case PJRT_Buffer_Type_U64: return ElementType::kU64;
+    case PJRT_Buffer_Type_F16: return ElementType::kF16;
+    case PJRT_Buffer_Type_BF16: return ElementType::kBF16;
+    case PJRT_Buffer_Type_F32: return ElementType::kF32;
+    case PJRT_Buffer_Type_F64: return ElementType::kF64;
+    case PJRT_Buffer_Type_C64: return ElementType::kC64;
+    case PJRT_Buffer_Type_C128: return ElementType::kC128;
+    default: break;
+  }
+  throw PjrtError("PJRT buffer element type " + std::to_string(static_cast<int>(t)) +
+                  " is not supported by this runtime");
+}
+
+PJRT_DeviceDescription* Describe(const PJRT_Api* api, PJRT_Device* dev) {
+  auto a = MakeArgs<PJRT_Device_GetDescription_Args>(PJRT_Device_GetDescription_Args_STRUCT_SIZE);
+  a.device = dev;
+  Check(api, PJRT_FN(api, PJRT_Device_GetDescription)(&a), "Device_GetDescription");
+  return a.device_description;
+}
+
+int DescriptionId(const PJRT_Api* api, PJRT_Device* dev) {
+  auto a = MakeArgs<PJRT_DeviceDescription_Id_Args>(PJRT_DeviceDescription_Id_Args_STRUCT_SIZE);
+  a.device_description = Describe(api, dev);
+  Check(api, PJRT_FN(api, PJRT_DeviceDescription_Id)(&a), "DeviceDescription_Id");
+  return a.id;
+}
+
+std::vector<PJRT_Device*> ExecutableDevices(const PJRT_Api* api, PJRT_LoadedExecutable* exe) {
+  auto a = MakeArgs<PJRT_LoadedExecutable_AddressableDevices_Args>(
+      PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE);
+  a.executable = exe;
+  Check(api, PJRT_FN(api, PJRT_LoadedExecutable_AddressableDevices)(&a),
+        "LoadedExecutable_AddressableDevices");
+  return std::vector<PJRT_Device*>(a.addressable_devices, a.addressable_devices + a.num_addressable_devices);
+}
+
+// --- protobuf wire format (just what CompileOptionsProto needs) ---
+void PutVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void PutTag(std::string& out, int field, int wire_type) {
+  PutVarint(out, (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type));
+}
+void PutInt(std::string& out, int field, int64_t v) {  // int32/int64/bool: varint
+  PutTag(out, field, 0);
+  PutVarint(out, static_cast<uint64_t>(v));
+}
+void PutBytes(std::string& out, int field, const std::string& bytes) {  // length-delimited
+  PutTag(out, field, 2);
+  PutVarint(out, bytes.size());
+  out += bytes;
+}
+
+// Process-wide: PJRT_Plugin_Initialize must run once per loaded plugin.
+std::mutex g_init_mu;
+std::set<const PJRT_Api*>& InitializedApis() {
+  static std::set<const PJRT_Api*> apis;
+  return apis;
+}
+
+}  // namespace
+
+void Check(const PJRT_Api* api, PJRT_Error* err, const char* what) {
+  if (err == nullptr) return;
+  std::string msg = "(no message)";
+  if (api != nullptr && api->PJRT_Error_Message != nullptr) {
+    auto m = MakeArgs<PJRT_Error_Message_Args>(PJRT_Error_Message_Args_STRUCT_SIZE);
+    m.error = err;
+    api->PJRT_Error_Message(&m);
+    if (m.message != nullptr) msg.assign(m.message, m.message_size);
+  }
+  Discard(api, err);
+  throw PjrtError(std::string(what) + ": " + msg);
+}
+
+size_t ElementSize(ElementType t) {
+  switch (t) {
+    case ElementType::kPred: case ElementType::kS8: case ElementType::kU8: return 1;
+    case ElementType::kS16: case ElementType::kU16: case ElementType::kF16: case ElementType::kBF16: return 2;
+    case ElementType::kS32: case ElementType::kU32: case ElementType::kF32: return 4;
+    case ElementType::kS64: case ElementType::kU64: case ElementType::kF64: case ElementType::kC64: return 8;
+    case ElementType::kC128: return 16;
+  }
+  throw PjrtError("unknown ElementType " + std::to_string(static_cast<int>(t)));
+}
+
+const char* ElementTypeName(ElementType t) {
+  switch (t) {
+    case ElementType::kPred: return "i1";
+    case ElementType::kS8: return "i8";
+    case ElementType::kS16: return "i16";
+    case ElementType::kS32: return "i32";
+    case ElementType::kS64: return "i64";
+    case ElementType::kU8: return "ui8";
+    case ElementType::kU16: return "ui16";
+    case ElementType::kU32: return "ui32";
+    case ElementType::kU64: return "ui64";
+    case ElementType::kF16: return "f16";
+    case ElementType::kBF16: return "bf16";
+    case ElementType::kF32: return "f32";
+    case ElementType::kF64: return "f64";
+    case ElementType::kC64: return "complex<f32>";
+    case ElementType::kC128: return "complex<f64>";
+  }
+  return "unknown";
+}
+
+// ------------------------------- Buffer -------------------------------------
+
+Buffer::Buffer(const PJRT_Api* api, PJRT_Buffer* buf) : api_(api), buf_(buf) {}
+
+Buffer::~Buffer() {
+  if (buf_ == nullptr) return;
+  auto a = MakeArgs<PJRT_Buffer_Destroy_Args>(PJRT_Buffer_Destroy_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  try {
+    Discard(api_, PJRT_FN(api_, PJRT_Buffer_Destroy)(&a));
+  } catch (...) {
+  }
+}
+
+Buffer::Buffer(Buffer&& o) noexcept : api_(o.api_), buf_(std::exchange(o.buf_, nullptr)) {}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    Buffer old(std::move(*this));
+    api_ = o.api_;
+    buf_ = std::exchange(o.buf_, nullptr);
+  }
+  return *this;
+}
+
+void Buffer::Await() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::Await: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_ReadyEvent_Args>(PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_ReadyEvent)(&a), "Buffer_ReadyEvent");
+  Event ev(api_, a.event);
+  ev.Await("buffer not ready (computation failed)");
+}
+
+void Buffer::ToHost(void* dst, size_t nbytes) const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::ToHost: empty buffer");
+  auto fn = PJRT_FN(api_, PJRT_Buffer_ToHostBuffer);
+  // dst == nullptr asks for the size of the dense host copy.
+  auto q = MakeArgs<PJRT_Buffer_ToHostBuffer_Args>(PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE);
+  q.src = buf_;
+  Check(api_, fn(&q), "Buffer_ToHostBuffer (size query)");
+  Event query_event(api_, q.event);
+  if (q.dst_size != nbytes) {
+    throw PjrtError("Buffer::ToHost: the buffer holds " + std::to_string(q.dst_size) +
+                    " bytes but the destination has " + std::to_string(nbytes));
+  }
+  if (nbytes == 0) {  // nothing to copy; still surface a failed computation
+    Await();
+    return;
+  }
+  auto a = MakeArgs<PJRT_Buffer_ToHostBuffer_Args>(PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE);
+  a.src = buf_;
+  a.dst = dst;
+  a.dst_size = nbytes;
+  Check(api_, fn(&a), "Buffer_ToHostBuffer");
+  Event ev(api_, a.event);
+  ev.Await("Buffer_ToHostBuffer");
+}
+
+std::vector<int64_t> Buffer::Dims() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::Dims: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_Dimensions_Args>(PJRT_Buffer_Dimensions_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_Dimensions)(&a), "Buffer_Dimensions");
+  return std::vector<int64_t>(a.dims, a.dims + a.num_dims);
+}
+
+ElementType Buffer::Type() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::Type: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_ElementType_Args>(PJRT_Buffer_ElementType_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_ElementType)(&a), "Buffer_ElementType");
+  return FromPjrtType(a.type);
+}
+
+size_t Buffer::OnDeviceSizeBytes() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::OnDeviceSizeBytes: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_OnDeviceSizeInBytes_Args>(PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_OnDeviceSizeInBytes)(&a), "Buffer_OnDeviceSizeInBytes");
+  return a.on_device_size_in_bytes;
+}
+
+int Buffer::DeviceId() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::DeviceId: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_Device_Args>(PJRT_Buffer_Device_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_Device)(&a), "Buffer_Device");
+  return DescriptionId(api_, a.device);
+}
+
+// ----------------------------- Executable -----------------------------------
+
+Executable::Executable(const PJRT_Api* api, PJRT_LoadedExecutable* exe) : api_(api), exe_(exe) {}
+
+Executable::~Executable() {
+  if (exe_ == nullptr) return;
+  auto a = MakeArgs<PJRT_LoadedExecutable_Destroy_Args>(PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE);
+  a.executable = exe_;
+  try {
+    Discard(api_, PJRT_FN(api_, PJRT_LoadedExecutable_Destroy)(&a));
+  } catch (...) {
+  }
+}
+
+Executable::Executable(Executable&& o) noexcept : api_(o.api_), exe_(std::exchange(o.exe_, nullptr)) {}
+
+Executable& Executable::operator=(Executable&& o) noexcept {
+  if (this != &o) {
+    Executable old(std::move(*this));
+    api_ = o.api_;
+    exe_ = std::exchange(o.exe_, nullptr);
+  }
+  return *this;
+}
+
+size_t Executable::NumOutputs() const {
+  ExecutableRef ref(api_, exe_);
+  auto a = MakeArgs<PJRT_Executable_NumOutputs_Args>(PJRT_Executable_NumOutputs_Args_STRUCT_SIZE);
+  a.executable = ref.get();
+  Check(api_, PJRT_FN(api_, PJRT_Executable_NumOutputs)(&a), "Executable_NumOutputs");
+  return a.num_outputs;
+}
+
+std::string Executable::Serialize() const {
+  ExecutableRef ref(api_, exe_);
+  auto a = MakeArgs<PJRT_Executable_Serialize_Args>(PJRT_Executable_Serialize_Args_STRUCT_SIZE);
+  a.executable = ref.get();
+  Check(api_, PJRT_FN(api_, PJRT_Executable_Serialize)(&a), "Executable_Serialize");
+  std::string out;
+  if (a.serialized_bytes != nullptr) out.assign(a.serialized_bytes, a.serialized_bytes_size);
+  if (a.serialized_executable_deleter != nullptr && a.serialized_executable != nullptr) {
+    a.serialized_executable_deleter(a.serialized_executable);
+  }
+  return out;
+}
+
+// --------------------------- Compile options --------------------------------
+
+std::string EncodeCompileOptions(const CompileOptions& opts) {
+  if (opts.num_replicas < 1 || opts.num_partitions < 1) {
+    throw std::invalid_argument("compile options: num_replicas and num_partitions must be >= 1");
+  }
+  // xla.ExecutableBuildOptionsProto
+  std::string build;
+  PutInt(build, 4, opts.num_replicas);    // num_replicas
+  PutInt(build, 5, opts.num_partitions);  // num_partitions
+  if (opts.use_spmd_partitioning) PutInt(build, 6, 1);
+  if (!opts.device_assignment.empty()) {
+    const auto& da = opts.device_assignment;  // [replica][partition]
+    if (static_cast<int>(da.size()) != opts.num_replicas) {
+      throw std::invalid_argument("compile options: device_assignment has " + std::to_string(da.size()) +
+                      " rows but num_replicas is " + std::to_string(opts.num_replicas));
+    }
+    for (const auto& row : da) {
+      if (static_cast<int>(row.size()) != opts.num_partitions) {
+        throw std::invalid_argument("compile options: a device_assignment row has " + std::to_string(row.size()) +
+                        " entries but num_partitions is " + std::to_string(opts.num_partitions));
+      }
+    }
+    // xla.DeviceAssignmentProto: computation_devices is indexed by computation
+    // (= partition) and lists the device of each replica.
+    std::string assignment;
+    PutInt(assignment, 1, opts.num_replicas);    // replica_count
+    PutInt(assignment, 2, opts.num_partitions);  // computation_count
+    for (int p = 0; p < opts.num_partitions; ++p) {
+      std::string ids;
+      for (int r = 0; r < opts.num_replicas; ++r) PutVarint(ids, static_cast<uint64_t>(static_cast<int64_t>(da[r][p])));
+      std::string computation;
+      PutBytes(computation, 1, ids);  // packed repeated int64 replica_device_ids
+      PutBytes(assignment, 3, computation);
+    }
+    PutBytes(build, 9, assignment);
+  }
+  // xla.CompileOptionsProto
+  std::string out;
+  PutBytes(out, 3, build);  // executable_build_options
+  return out;
+}
+
+// ------------------------------- Client -------------------------------------
+
+std::unique_ptr<Client> Client::Create(const ClientOptions& opts) {
+  const std::string& path = opts.plugin_path;
+  std::string label = opts.platform_hint.empty() ? "PJRT plugin" : "PJRT " + opts.platform_hint + " plugin";
+  if (path.empty()) throw PjrtError(label + ": no plugin path given");
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw PjrtError(label + " not found: '" + path + "' does not exist");
+
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* e = dlerror();
+    throw PjrtError("cannot load " + label + " '" + path + "': " + (e ? e : "dlopen failed"));
+  }
+  dlerror();
+  using GetApiFn = const PJRT_Api* (*)();
+  auto get_api = reinterpret_cast<GetApiFn>(dlsym(handle, "GetPjrtApi"));
+  if (get_api == nullptr) {
+    const char* e = dlerror();
+    std::string msg = "'" + path + "' is not a PJRT plugin (no GetPjrtApi symbol): " + (e ? e : "");
+    dlclose(handle);
+    throw PjrtError(msg);
+  }
+  const PJRT_Api* api = get_api();
+  if (api == nullptr) throw PjrtError("'" + path + "': GetPjrtApi returned null");
+  if (api->struct_size < offsetof(PJRT_Api, pjrt_api_version) + sizeof(PJRT_Api_Version)) {
+    throw PjrtError("'" + path + "': PJRT_Api struct is too small to be a PJRT plugin");
+  }
+  if (api->pjrt_api_version.major_version != PJRT_API_MAJOR) {
+    throw PjrtError("'" + path + "' implements PJRT API " + std::to_string(api->pjrt_api_version.major_version) +
+                    "." + std::to_string(api->pjrt_api_version.minor_version) + " but this build expects major version " +
+                    std::to_string(PJRT_API_MAJOR));
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(g_init_mu);
+    if (InitializedApis().count(api) == 0) {
+      if (offsetof(PJRT_Api, PJRT_Plugin_Initialize) < api->struct_size && api->PJRT_Plugin_Initialize != nullptr) {
+        auto a = MakeArgs<PJRT_Plugin_Initialize_Args>(PJRT_Plugin_Initialize_Args_STRUCT_SIZE);
+        Check(api, api->PJRT_Plugin_Initialize(&a), "Plugin_Initialize");
+      }
+      InitializedApis().insert(api);
+    }
+  }
+
+  std::unique_ptr<Client> client(new Client());
+  client->dl_handle_ = handle;
+  client->api_ = api;
+
+  std::vector<PJRT_NamedValue> options;
+  static const char kCpuDeviceCount[] = "cpu_device_count";
+  if (opts.cpu_device_count > 0) {
+    auto nv = MakeArgs<PJRT_NamedValue>(PJRT_NamedValue_STRUCT_SIZE);
+    nv.name = kCpuDeviceCount;
+    nv.name_size = sizeof(kCpuDeviceCount) - 1;
+    nv.type = PJRT_NamedValue_kInt64;  // the CPU plugin aborts on any other type
+    nv.int64_value = opts.cpu_device_count;
+    nv.value_size = 1;
+    options.push_back(nv);
+  }
+  auto a = MakeArgs<PJRT_Client_Create_Args>(PJRT_Client_Create_Args_STRUCT_SIZE);
+  a.create_options = options.empty() ? nullptr : options.data();
+  a.num_options = options.size();
+  Check(api, PJRT_FN(api, PJRT_Client_Create)(&a), ("Client_Create (" + path + ")").c_str());
+  client->client_ = a.client;
+
+  auto d = MakeArgs<PJRT_Client_AddressableDevices_Args>(PJRT_Client_AddressableDevices_Args_STRUCT_SIZE);
+  d.client = client->client_;
+  Check(api, PJRT_FN(api, PJRT_Client_AddressableDevices)(&d), "Client_AddressableDevices");
+  client->devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
+  return client;
+}
+
+Client::~Client() {
+  if (client_ == nullptr) return;
+  auto a = MakeArgs<PJRT_Client_Destroy_Args>(PJRT_Client_Destroy_Args_STRUCT_SIZE);
+  a.client = client_;
+  try {
+    Discard(api_, PJRT_FN(api_, PJRT_Client_Destroy)(&a));
+  } catch (...) {
+  }
+  // The plugin stays loaded (no dlclose): plugins are not built to be unloaded.
+}
+
+std::string Client::PlatformName() const {
+  auto a = MakeArgs<PJRT_Client_PlatformName_Args>(PJRT_Client_PlatformName_Args_STRUCT_SIZE);
+  a.client = client_;
+  Check(api_, PJRT_FN(api_, PJRT_Client_PlatformName)(&a), "Client_PlatformName");
+  return std::string(a.platform_name, a.platform_name_size);
+}
+
+std::string Client::PlatformVersion() const {
+  auto a = MakeArgs<PJRT_Client_PlatformVersion_Args>(PJRT_Client_PlatformVersion_Args_STRUCT_SIZE);
+  a.client = client_;
+  Check(api_, PJRT_FN(api_, PJRT_Client_PlatformVersion)(&a), "Client_PlatformVersion");
+  return std::string(a.platform_version, a.platform_version_size);
+}
+
+int Client::ApiMajor() const { return api_->pjrt_api_version.major_version; }
+int Client::ApiMinor() const { return api_->pjrt_api_version.minor_version; }
+
+PJRT_Device* Client::Device(int index) const {
+  if (index < 0 || index >= NumDevices()) {
+    throw std::out_of_range("device index " + std::to_string(index) + " out of range: the client has " +
+                            std::to_string(NumDevices()) + " addressable device(s)");
+  }
+  return devices_[index];
+}
+
+int Client::DeviceId(int index) const { return DescriptionId(api_, Device(index)); }
+
+std::string Client::DeviceKind(int index) const {
+  auto a = MakeArgs<PJRT_DeviceDescription_Kind_Args>(PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE);
+  a.device_description = Describe(api_, Device(index));
+  Check(api_, PJRT_FN(api_, PJRT_DeviceDescription_Kind)(&a), "DeviceDescription_Kind");
+  return std::string(a.device_kind, a.device_kind_size);
+}
+
+Buffer Client::ToDevice(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index) {
+  PJRT_Device* device = Device(device_index);
+  for (int64_t d : dims) {
+    if (d < 0) throw PjrtError("ToDevice: negative dimension " + std::to_string(d));
+  }
+  static const char kEmpty[1] = {0};  // PJRT wants a non-null pointer even for 0 elements
+  auto a = MakeArgs<PJRT_Client_BufferFromHostBuffer_Args>(PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE);
+  a.client = client_;
+  a.data = data != nullptr ? data : kEmpty;
+  a.type = ToPjrtType(type);
+  a.dims = dims.data();
+  a.num_dims = dims.size();
+  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  a.device = device;
+  Check(api_, PJRT_FN(api_, PJRT_Client_BufferFromHostBuffer)(&a), "Client_BufferFromHostBuffer");
+  Buffer buf(api_, a.buffer);
+  Event done(api_, a.done_with_host_buffer);
+  done.Await("Client_BufferFromHostBuffer (host copy)");
+  return buf;
+}
+
+Executable Client::Compile(const std::string& mlir, const CompileOptions& opts) {
+  std::string options = EncodeCompileOptions(opts);
+  static const char kFormat[] = "mlir";
+  auto program = MakeArgs<PJRT_Program>(PJRT_Program_STRUCT_SIZE);
+  program.code = const_cast<char*>(mlir.data());
+  program.code_size = mlir.size();
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  auto a = MakeArgs<PJRT_Client_Compile_Args>(PJRT_Client_Compile_Args_STRUCT_SIZE);
+  a.client = client_;
+  a.program = &program;
+  a.compile_options = options.data();
+  a.compile_options_size = options.size();
+  Check(api_, PJRT_FN(api_, PJRT_Client_Compile)(&a), "compile");
+  return Executable(api_, a.executable);
+}
+
+Executable Client::DeserializeExecutable(const std::string& bytes, const CompileOptions& opts) {
+  std::string options = EncodeCompileOptions(opts);
+  auto a = MakeArgs<PJRT_Executable_DeserializeAndLoad_Args>(PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE);
+  a.client = client_;
+  a.serialized_executable = bytes.data();
+  a.serialized_executable_size = bytes.size();
+  a.overridden_serialized_compile_options = options.data();
+  a.overridden_serialized_compile_options_size = options.size();
+  Check(api_, PJRT_FN(api_, PJRT_Executable_DeserializeAndLoad)(&a), "Executable_DeserializeAndLoad");
+  return Executable(api_, a.loaded_executable);
+}
+
+Executable Client::DeserializeExecutable(const std::string& bytes) {
+  auto a = MakeArgs<PJRT_Executable_DeserializeAndLoad_Args>(PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE);
+  a.client = client_;
+  a.serialized_executable = bytes.data();
+  a.serialized_executable_size = bytes.size();
+  Check(api_, PJRT_FN(api_, PJRT_Executable_DeserializeAndLoad)(&a), "Executable_DeserializeAndLoad");
+  return Executable(api_, a.loaded_executable);
+}
+
+namespace {
+
+// One PJRT_LoadedExecutable_Execute call. Outputs are not awaited: a failed
+// computation surfaces when an output is read (Buffer::Await / ToHost).
+std::vector<std::vector<Buffer>> RunExecutable(const PJRT_Api* api, const Executable& exe,
+                                               const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                               PJRT_Device* execute_device) {
+  if (exe.get() == nullptr) throw PjrtError("execute: empty executable");
+  const size_t num_devices = args.size();
+  if (num_devices == 0) throw PjrtError("execute: no devices to run on");
+  const size_t num_args = args[0].size();
+  for (const auto& list : args) {
+    if (list.size() != num_args) throw PjrtError("execute: every device needs the same number of arguments");
+    for (PJRT_Buffer* b : list) {
+      if (b == nullptr) throw PjrtError("execute: an argument buffer is empty (deleted or moved from)");
+    }
+  }
+  const size_t num_outputs = exe.NumOutputs();
+
+  std::vector<PJRT_Buffer* const*> arg_lists(num_devices);
+  for (size_t d = 0; d < num_devices; ++d) arg_lists[d] = args[d].data();
+  std::vector<std::vector<PJRT_Buffer*>> outs(num_devices, std::vector<PJRT_Buffer*>(num_outputs, nullptr));
+  std::vector<PJRT_Buffer**> out_lists(num_devices);
+  for (size_t d = 0; d < num_devices; ++d) out_lists[d] = outs[d].data();
+
+  auto options = MakeArgs<PJRT_ExecuteOptions>(PJRT_ExecuteOptions_STRUCT_SIZE);
+  auto a = MakeArgs<PJRT_LoadedExecutable_Execute_Args>(PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE);
+  a.executable = exe.get();
+  a.options = &options;
+  a.argument_lists = arg_lists.data();
+  a.num_devices = num_devices;
+  a.num_args = num_args;
+  a.output_lists = out_lists.data();
+  a.device_complete_events = nullptr;  // errors surface through the outputs' ready events
+  a.execute_device = execute_device;
+  Check(api, PJRT_FN(api, PJRT_LoadedExecutable_Execute)(&a), "execute");
+
+  std::vector<std::vector<Buffer>> result(num_devices);
+  for (size_t d = 0; d < num_devices; ++d) {
+    result[d].reserve(num_outputs);
+    for (PJRT_Buffer* b : outs[d]) result[d].emplace_back(api, b);
+  }
+  return result;
+}
+
+}  // namespace
+
+std::vector<Buffer> Client::Execute(const Executable& exe, const std::vector<PJRT_Buffer*>& args, int device_index) {
+  PJRT_Device* target = Device(device_index);
+  if (exe.get() == nullptr) throw PjrtError("execute: empty executable");
+  // Bound to exactly this device at compile time: let PJRT use that binding.
+  // Otherwise ask for this device explicitly (the plugin may refuse; see the
+  // comment at the top of this file).
+  std::vector<PJRT_Device*> bound = ExecutableDevices(api_, exe.get());
+  PJRT_Device* execute_device = (bound.size() == 1 && bound[0] == target) ? nullptr : target;
+  auto outs = RunExecutable(api_, exe, {args}, execute_device);
+  return std::move(outs[0]);
+}
+
+std::vector<std::vector<Buffer>> Client::ExecuteReplicated(const Executable& exe,
+                                                          const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                                          const std::vector<int>& device_indices) {
+  if (exe.get() == nullptr) throw PjrtError("execute: empty executable");
+  if (args.size() != device_indices.size()) {
+    throw PjrtError("execute_replicated: " + std::to_string(args.size()) + " argument lists for " +
+                    std::to_string(device_indices.size()) + " devices");
+  }
+  // PJRT runs argument_lists[i] on the executable's i-th addressable device.
+  std::vector<PJRT_Device*> bound = ExecutableDevices(api_, exe.get());
+  if (bound.size() != device_indices.size()) {
+    throw PjrtError("execute_replicated: the executable runs on " + std::to_string(bound.size()) +
+                    " device(s) but " + std::to_string(device_indices.size()) + " were given");
+  }
+  for (size_t i = 0; i < bound.size(); ++i) {
+    if (Device(device_indices[i]) != bound[i]) {
+      throw PjrtError("execute_replicated: device_indices[" + std::to_string(i) + "] = " +
+                      std::to_string(device_indices[i]) + " is not the executable's device " +
+                      std::to_string(DescriptionId(api_, bound[i])) + " at that position");
+    }
+  }
+  return RunExecutable(api_, exe, args, nullptr);
+}
+
+}  // namespace txla::runtime

@@ -1,0 +1,154 @@
+// The runtime layer: a narrow C++ interface over the PJRT C API.
+// No torch headers here or in anything this includes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct PJRT_Api;
+struct PJRT_Client;
+struct PJRT_Device;
+struct PJRT_Buffer;
+struct PJRT_LoadedExecutable;
+struct PJRT_Error;
+struct PJRT_Event;
+
+namespace txla::runtime {
+
+// Every PJRT error becomes one of these, carrying the plugin's message.
+// Default visibility + an out-of-line destructor (the key function) so that one
+// typeinfo is shared by the core library and the Python modules that catch it.
+class __attribute__((visibility("default"))) PjrtError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  ~PjrtError() override;
+};
+
+// Element types we move across the host/device boundary. Values are our own;
+// the runtime maps them to PJRT_Buffer_Type.
+enum class ElementType : int {
+  kPred = 0, kS8, kS16, kS32, kS64, kU8, kU16, kU32, kU64,
+  kF16, kBF16, kF32, kF64, kC64, kC128,
+};
+size_t ElementSize(ElementType t);
+const char* ElementTypeName(ElementType t);  // "f32", "bf16", "i1"... (StableHLO spelling)
+
+// Options for creating a client.
+struct ClientOptions {
+  std::string plugin_path;          // path of the plugin .so
+  std::string platform_hint;        // "CPU", "CUDA", "TPU", ... (for messages only)
+  int64_t cpu_device_count = -1;    // >0: pass "cpu_device_count" (kInt64) as a create option
+};
+
+class Client;
+
+// Move-only owner of one PJRT_Buffer.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const PJRT_Api* api, PJRT_Buffer* buf);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  PJRT_Buffer* get() const { return buf_; }
+  explicit operator bool() const { return buf_ != nullptr; }
+  // Blocks until the buffer's data is ready (errors surface as PjrtError).
+  void Await() const;
+  // Copies the whole buffer (dense, row-major) into dst, which has nbytes bytes. Blocks.
+  void ToHost(void* dst, size_t nbytes) const;
+  std::vector<int64_t> Dims() const;
+  ElementType Type() const;
+  size_t OnDeviceSizeBytes() const;
+  int DeviceId() const;  // PJRT global id of the device holding the buffer
+
+ private:
+  const PJRT_Api* api_ = nullptr;
+  PJRT_Buffer* buf_ = nullptr;
+};
+
+// Move-only owner of one PJRT_LoadedExecutable.
+class Executable {
+ public:
+  Executable() = default;
+  Executable(const PJRT_Api* api, PJRT_LoadedExecutable* exe);
+  ~Executable();
+  Executable(Executable&& o) noexcept;
+  Executable& operator=(Executable&& o) noexcept;
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+  PJRT_LoadedExecutable* get() const { return exe_; }
+  size_t NumOutputs() const;
+  // Serialized executable bytes (PJRT_Executable_Serialize), for a persistent cache.
+  std::string Serialize() const;
+
+ private:
+  const PJRT_Api* api_ = nullptr;
+  PJRT_LoadedExecutable* exe_ = nullptr;
+};
+
+// Build options encoded into a serialized xla.CompileOptionsProto.
+struct CompileOptions {
+  int num_replicas = 1;
+  int num_partitions = 1;
+  bool use_spmd_partitioning = false;
+  // device_assignment[replica][partition] = device id; empty: let the plugin choose.
+  std::vector<std::vector<int>> device_assignment;
+};
+// Hand-encoded protobuf bytes (never empty). Exposed for tests.
+std::string EncodeCompileOptions(const CompileOptions& opts);
+
+// One PJRT client. Thread-compatible (callers serialize access).
+class Client {
+ public:
+  // Loads the plugin (dlopen + GetPjrtApi), initializes it, creates the client.
+  // Throws PjrtError with a clear message if the file is missing or not a plugin.
+  static std::unique_ptr<Client> Create(const ClientOptions& opts);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const PJRT_Api* api() const { return api_; }
+  std::string PlatformName() const;     // e.g. "cpu"
+  std::string PlatformVersion() const;
+  int ApiMajor() const;
+  int ApiMinor() const;
+  // Addressable devices, in PJRT order.
+  int NumDevices() const { return static_cast<int>(devices_.size()); }
+  PJRT_Device* Device(int index) const;  // throws std::out_of_range
+  int DeviceId(int index) const;         // PJRT global device id
+  std::string DeviceKind(int index) const;
+
+  // Host -> device. data is dense row-major with dims; copied before return.
+  Buffer ToDevice(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index);
+  // Compile MLIR (StableHLO text or bytecode). Throws PjrtError with the compiler's message.
+  Executable Compile(const std::string& mlir, const CompileOptions& opts);
+  // Loads a serialized executable, overriding its compile options with opts.
+  Executable DeserializeExecutable(const std::string& bytes, const CompileOptions& opts);
+  // Loads a serialized executable with the compile options stored in it.
+  Executable DeserializeExecutable(const std::string& bytes);
+  // Runs on one device (device_index among addressable devices) with the given arguments.
+  // Returns the outputs (untupled). Does not block on completion: await via Buffer::Await/ToHost.
+  std::vector<Buffer> Execute(const Executable& exe, const std::vector<PJRT_Buffer*>& args, int device_index);
+  // Runs a multi-device executable: args[device][arg] -> outputs[device][out].
+  std::vector<std::vector<Buffer>> ExecuteReplicated(const Executable& exe,
+                                                    const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                                    const std::vector<int>& device_indices);
+
+ private:
+  Client() = default;
+  void* dl_handle_ = nullptr;
+  const PJRT_Api* api_ = nullptr;
+  PJRT_Client* client_ = nullptr;
+  std::vector<PJRT_Device*> devices_;
+};
+
+// Throws PjrtError (message from the plugin) if err is non-null, destroying err.
+void Check(const PJRT_Api* api, PJRT_Error* err, const char* what);
+
+}  // namespace txla::runtime

@@ -1,0 +1,92 @@
+"""PyTorch/XLA's Python API on a C++ core.
+
+Aten ops on ``xla`` tensors are recorded lazily; :func:`sync` compiles the pending graph to
+StableHLO and runs it with XLA through a PJRT plugin (CPU by default, ``PJRT_DEVICE`` picks
+another). Importing this package is cheap: the runtime starts on first device use.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from importlib import metadata as _metadata
+from typing import Callable, List, Optional
+
+import torch
+
+from . import _C  # registers the XLA kernels with the dispatcher
+from ._internal import plugins as _plugins
+
+try:
+    __version__ = _metadata.version("torch_xla")
+except _metadata.PackageNotFoundError:  # running from a source tree
+    __version__ = "2.9.0+txla"
+
+
+def _resolve_runtime():
+    path, device_type = _plugins.plugin_for(None)
+    return path, device_type, _plugins.cpu_device_count()
+
+
+_C._set_config_resolver(_resolve_runtime)
+
+
+def _check_index(index: int) -> int:
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"device index must be an int, got {type(index).__name__}")
+    n = _C._device_count()
+    if index < 0 or index >= n:
+        raise IndexError(f"XLA device index {index} is out of range: this process has {n} device(s)")
+    return index
+
+
+def device(index: Optional[int] = None) -> torch.device:
+    """Returns a given instance of an XLA device (the default device when ``index`` is None)."""
+    if index is None:
+        _C._device_count()  # starts the runtime; raises if the plugin is missing
+        return torch.device("xla", 0)
+    return torch.device("xla", _check_index(index))
+
+
+def devices() -> List[torch.device]:
+    """Returns all devices available in the current process."""
+    return [torch.device("xla", i) for i in range(_C._device_count())]
+
+
+def device_count() -> int:
+    """Returns number of addressable devices in the current process."""
+    return _C._device_count()
+
+
+def sync(wait: bool = False):
+    """Launches all pending graph operations.
+
+    Args:
+      wait: whether to block the current process until the execution finished.
+    """
+    from .core import xla_model as _xm
+    _xm._run_step_closures_before_sync()
+    _C._sync(None, wait, "")
+    from .debug import metrics as _met
+    _met._core.increment_counter("MarkStep")
+    _xm._run_step_closures()
+
+
+def manual_seed(seed, device=None):
+    """Set the seed for generating random numbers for the current XLA device."""
+    from .core import xla_model as _xm
+    _xm.set_rng_state(seed, device)
+
+
+def compile(f: Optional[Callable] = None, full_graph: Optional[bool] = False, name: Optional[str] = None,
+            num_different_graphs_allowed: Optional[int] = None):
+    """Optimizes given model/function using torch_xla's LazyTensor tracing mode.
+
+    The function is traced into one graph, which is compiled and run at the end of the call.
+    Works as a decorator (``@torch_xla.compile()``), a wrapper (``torch_xla.compile(fn)``) and a
+    context manager (``with torch_xla.compile(): ...``).
+    """
+    from ._compile import compile as _compile
+    return _compile(f, full_graph=full_graph, name=name, num_different_graphs_allowed=num_different_graphs_allowed)
+
+
+__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "__version__"]

@@ -1,0 +1,190 @@
+"""PJRT plugin discovery: which plugin .so serves which PJRT_DEVICE.
+
+Pure Python on purpose: no torch import and no import of the C++ modules, so
+it can be used (and tested) before anything heavy is loaded.
+
+Environment:
+  PJRT_DEVICE               CPU (default), CUDA (alias GPU) or TPU.
+  PJRT_PLUGIN_LIBRARY_PATH  path of a plugin .so; overrides discovery for any
+  TORCH_XLA_PLUGIN_PATH     device type (the first one set wins).
+  TPU_LIBRARY_PATH          libtpu.so to use for TPU (the usual libtpu override).
+  CPU_NUM_DEVICES           number of CPU devices (default: the plugin's choice).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+__all__ = ["plugin_for", "device_type_from_env", "cpu_device_count", "DEVICE_TYPES"]
+
+_OVERRIDE_VARS = ("PJRT_PLUGIN_LIBRARY_PATH", "TORCH_XLA_PLUGIN_PATH")
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    module: str  # importable package holding the plugin
+    filename: str  # the .so beside the package's __init__
+    entry_point_group: str | None = None
+    entry_point_name: str | None = None
+
+
+@dataclass(frozen=True)
+class _DeviceSpec:
+    what: str  # for messages: "the PJRT CPU plugin"
+    pip: str  # what to install
+    candidates: tuple[_Candidate, ...]
+
+
+_DEVICES: dict[str, _DeviceSpec] = {
+    "CPU": _DeviceSpec(
+        "the PJRT CPU plugin",
+        "pip install xla-cpu-pjrt",
+        (_Candidate("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so", "xla_plugins", "xla_cpu_pjrt"),),
+    ),
+    "CUDA": _DeviceSpec(
+        "a PJRT CUDA plugin",
+        "pip install xla-cuda13-pjrt  (or: pip install jax-cuda13-pjrt)",
+        (
+            _Candidate("xla_plugins.xla_cuda13_pjrt", "xla_gpu_pjrt.so", "xla_plugins", "xla_cuda13_pjrt"),
+            _Candidate("jax_plugins.xla_cuda13", "xla_cuda_plugin.so"),
+        ),
+    ),
+    "TPU": _DeviceSpec(
+        "the PJRT TPU plugin (libtpu)",
+        "pip install libtpu",
+        (_Candidate("libtpu", "libtpu.so"),),
+    ),
+}
+
+_ALIASES = {"CPU": "CPU", "CUDA": "CUDA", "GPU": "CUDA", "TPU": "TPU"}
+
+DEVICE_TYPES = tuple(_DEVICES)
+
+
+def _override_path() -> tuple[str, str] | None:
+    for var in _OVERRIDE_VARS:
+        value = os.environ.get(var, "").strip()
+        if value:
+            return var, value
+    return None
+
+
+def _canonical(device_type: str) -> str:
+    key = device_type.strip().upper()
+    if key in _ALIASES:
+        return _ALIASES[key]
+    accepted = ", ".join(sorted(_ALIASES))
+    raise ValueError(
+        f"unknown PJRT_DEVICE {device_type!r}; accepted values: {accepted} "
+        f"(or point {_OVERRIDE_VARS[0]} at a PJRT plugin .so for another device type)"
+    )
+
+
+def _package_dirs(module: str) -> list[str]:
+    """Folders of `module` without importing it (parents may be imported: they are
+    namespace packages for the plugin wheels)."""
+    dirs: list[str] = []
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    if spec is not None:
+        if spec.submodule_search_locations:
+            dirs.extend(spec.submodule_search_locations)
+        elif spec.origin:
+            dirs.append(os.path.dirname(spec.origin))
+    # Plain scan as well (covers a broken/shadowed parent package).
+    rel = os.path.join(*module.split("."))
+    for entry in sys.path:
+        candidate = os.path.join(entry or os.getcwd(), rel)
+        if os.path.isdir(candidate) and candidate not in dirs:
+            dirs.append(candidate)
+    return dirs
+
+
+def _entry_point_module(group: str, name: str) -> str | None:
+    try:
+        for ep in importlib.metadata.entry_points(group=group):
+            if ep.name == name:
+                return ep.value.split(":")[0].strip()
+    except Exception:  # broken metadata must not break discovery
+        return None
+    return None
+
+
+def _locate(candidate: _Candidate) -> str | None:
+    """Path of the candidate's plugin .so, or None when not installed."""
+    modules = []
+    if candidate.entry_point_group and candidate.entry_point_name:
+        ep_module = _entry_point_module(candidate.entry_point_group, candidate.entry_point_name)
+        if ep_module:
+            modules.append(ep_module)
+    if candidate.module not in modules:
+        modules.append(candidate.module)
+    for module in modules:
+        for folder in _package_dirs(module):
+            path = os.path.join(folder, candidate.filename)
+            if os.path.isfile(path):
+                return os.path.abspath(path)
+    return None
+
+
+def plugin_for(device_type: str | None = None) -> tuple[str, str]:
+    """(plugin .so path, canonical device type) for `device_type` (default: PJRT_DEVICE).
+
+    Raises ValueError for an unknown device type and RuntimeError, naming the
+    package to install, when the plugin is missing.
+    """
+    if device_type is None or not str(device_type).strip():
+        device_type = os.environ.get("PJRT_DEVICE", "").strip() or "CPU"
+    override = _override_path()
+    if override is not None:
+        var, path = override
+        if not os.path.isfile(path):
+            raise RuntimeError(f"{var}={path!r} does not name an existing PJRT plugin file")
+        key = device_type.strip().upper()
+        return os.path.abspath(path), _ALIASES.get(key, key)
+
+    canonical = _canonical(device_type)
+    spec = _DEVICES[canonical]
+    if canonical == "TPU":
+        tpu_path = os.environ.get("TPU_LIBRARY_PATH", "").strip()
+        if tpu_path:
+            if not os.path.isfile(tpu_path):
+                raise RuntimeError(f"TPU_LIBRARY_PATH={tpu_path!r} does not name an existing file")
+            return os.path.abspath(tpu_path), canonical
+    for candidate in spec.candidates:
+        path = _locate(candidate)
+        if path is not None:
+            return path, canonical
+    raise RuntimeError(
+        f"PJRT_DEVICE={canonical} needs {spec.what}: {spec.pip}"
+        f" (or set {_OVERRIDE_VARS[0]} to the plugin .so)"
+    )
+
+
+def device_type_from_env() -> str:
+    """Canonical device type from PJRT_DEVICE (default "CPU")."""
+    value = os.environ.get("PJRT_DEVICE", "").strip() or "CPU"
+    if _override_path() is not None:
+        key = value.upper()
+        return _ALIASES.get(key, key)
+    return _canonical(value)
+
+
+def cpu_device_count() -> int:
+    """CPU_NUM_DEVICES as an int; -1 (the plugin's default) when unset."""
+    value = os.environ.get("CPU_NUM_DEVICES", "").strip()
+    if not value:
+        return -1
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"CPU_NUM_DEVICES={value!r} is not an integer") from None
+    if count < 1:
+        raise ValueError(f"CPU_NUM_DEVICES={value!r} must be a positive integer")
+    return count

@@ -1,0 +1,208 @@
+"""torch_xla.core.xla_model: the classic PyTorch/XLA API."""
+from __future__ import annotations
+
+import io
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+
+import torch_xla
+from torch_xla import _C
+from torch_xla import runtime as xr
+
+REDUCE_SUM = "sum"
+REDUCE_MUL = "mul"
+REDUCE_AND = "and"
+REDUCE_OR = "or"
+REDUCE_MIN = "min"
+REDUCE_MAX = "max"
+
+_step_closures: List[Tuple[Callable, tuple, bool]] = []
+_closure_lock = threading.Lock()
+
+
+def _parse_index(device: Union[str, torch.device]) -> int:
+    d = torch.device(device)
+    if d.type != "xla":
+        raise ValueError(f"not an XLA device: {device}")
+    return 0 if d.index is None else d.index
+
+
+def xla_device(n: Optional[int] = None, devkind: Optional[str] = None) -> torch.device:
+    """Returns a given instance of an XLA device."""
+    if devkind is not None and devkind.upper() not in ("CPU", "TPU", "CUDA", "GPU", xr.device_type()):
+        raise ValueError(f"unknown XLA device kind {devkind!r}")
+    return torch_xla.device(n)
+
+
+def get_xla_supported_devices(devkind: Optional[str] = None, max_devices: Optional[int] = None) -> List[str]:
+    n = _C._device_count()
+    if max_devices is not None:
+        n = min(n, max_devices)
+    return [f"xla:{i}" for i in range(n)]
+
+
+def xla_device_hw(device: Union[str, torch.device]) -> str:
+    """Returns the hardware type of the given device ("CPU", "CUDA", "TPU", ...)."""
+    idx = _parse_index(device)
+    _C._check_device(idx)
+    dt = _C._device_type()
+    return "CUDA" if dt == "GPU" else dt
+
+
+def xla_real_devices(devices: Optional[List[Union[str, torch.device]]] = None) -> List[str]:
+    if devices is None:
+        devices = torch_xla.devices()
+    hw = xr.device_type()
+    return [f"{hw}:{_parse_index(d)}" for d in devices]
+
+
+def is_master_ordinal(local: bool = True) -> bool:
+    """Checks whether the current process is the master ordinal (0)."""
+    return (xr.local_ordinal() if local else xr.global_ordinal()) == 0
+
+
+def xrt_world_size(defval: int = 1) -> int:
+    return xr.world_size()
+
+
+def get_ordinal(defval: int = 0) -> int:
+    return xr.global_ordinal()
+
+
+def get_local_ordinal(defval: int = 0) -> int:
+    return xr.local_ordinal()
+
+
+def mark_step(wait: bool = False, reset_scope: bool = True):
+    """Compiles and runs all pending work (same as torch_xla.sync)."""
+    torch_xla.sync(wait)
+
+
+def wait_device_ops(devices: List[str] = []):
+    """Waits for all the async operations on the given devices to complete."""
+    _C._wait_device_ops()
+
+
+def add_step_closure(closure: Callable[..., Any], args: Tuple[Any, ...] = (), run_async: bool = False):
+    """Adds a closure to the list of the ones to be run at the end of the step."""
+    with _closure_lock:
+        _step_closures.append((closure, tuple(args), run_async))
+
+
+def _run_step_closures_before_sync():
+    pass
+
+
+def _run_step_closures():
+    with _closure_lock:
+        closures = list(_step_closures)
+        _step_closures.clear()
+    for fn, args, run_async in closures:
+        if run_async:
+            threading.Thread(target=fn, args=args, daemon=True).start()
+        else:
+            fn(*args)
+
+
+def get_stablehlo(tensors: Optional[List[torch.Tensor]] = None) -> str:
+    """StableHLO text of the graph computing ``tensors`` (all pending tensors when empty)."""
+    return _C._get_stablehlo(list(tensors or []))
+
+
+def get_rng_state(device: Optional[Union[str, torch.device]] = None) -> int:
+    """Gets the current running random number generator state."""
+    idx = 0 if device is None else _parse_index(device)
+    return int(_C._get_seed(idx))
+
+
+def set_rng_state(seed: int, device: Optional[Union[str, torch.device]] = None):
+    """Sets the random number generator state."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    idx = 0 if device is None else _parse_index(device)
+    _C._set_seed(seed & 0xFFFFFFFFFFFFFFFF, idx)
+
+
+def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_layout: bool = True):
+    """Performs an inplace reduce operation on the input tensor(s) (single process: identity * scale)."""
+    if reduce_type not in (REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX):
+        raise ValueError(f"invalid reduce_type {reduce_type!r}")
+    if xr.world_size() > 1:
+        raise NotImplementedError("multi-process collectives are not implemented yet in this torch_xla build")
+    if isinstance(inputs, torch.Tensor):
+        return inputs * scale if scale != 1.0 else inputs.clone()
+    if scale != 1.0:
+        for t in inputs:
+            t.mul_(scale)
+    return inputs
+
+
+def reduce_gradients(optimizer, groups=None, pin_layout: bool = True):
+    if xr.world_size() > 1:
+        raise NotImplementedError("multi-process collectives are not implemented yet in this torch_xla build")
+
+
+def optimizer_step(optimizer, barrier: bool = False, optimizer_args: Dict = {}, groups=None,
+                   pin_layout: bool = True):
+    """Run the provided optimizer step and sync gradients across all devices."""
+    reduce_gradients(optimizer, groups=groups, pin_layout=pin_layout)
+    loss = optimizer.step(**optimizer_args)
+    if barrier:
+        mark_step()
+    return loss
+
+
+def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
+    def convert_fn(t):
+        return t.cpu() if isinstance(t, torch.Tensor) and t.device.type == "xla" else t
+    return _apply(data, convert_fn) if convert else data
+
+
+def _apply(data, fn):
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, dict):
+        return {k: _apply(v, fn) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        return type(data)(_apply(v, fn) for v in data)
+    return data
+
+
+def save(data: Any, file_or_path, master_only: bool = True, global_master: bool = False):
+    """Saves the input data into a file (moved to the CPU first)."""
+    should_write = not master_only or is_master_ordinal(local=not global_master)
+    cpu_data = _maybe_convert_to_cpu(data)
+    if should_write:
+        if isinstance(file_or_path, (str, os.PathLike)):
+            tmp = f"{file_or_path}.tmp.{os.getpid()}"
+            torch.save(cpu_data, tmp)
+            os.replace(tmp, file_or_path)
+        else:
+            torch.save(cpu_data, file_or_path)
+
+
+def rendezvous(tag: str, payload: bytes = b"", replicas: List[int] = []) -> List[bytes]:
+    """Waits for all the mesh clients to reach the named rendezvous (single process: immediate)."""
+    if xr.world_size() > 1:
+        raise NotImplementedError("multi-process rendezvous is not implemented yet in this torch_xla build")
+    return [payload]
+
+
+def mesh_reduce(tag: str, data, reduce_fn: Callable[..., Any]):
+    """Performs an out-of-graph client mesh reduction (single process: reduce_fn([data]))."""
+    return reduce_fn([data])
+
+
+def get_memory_info(device: Optional[torch.device] = None) -> Dict[str, int]:
+    """Memory of the device in KB. On CPU this reports the host's memory."""
+    total = free = 0
+    try:
+        with open("/proc/meminfo") as f:
+            info = {l.split(":")[0]: int(l.split()[1]) for l in f if len(l.split()) >= 2}
+        total, free = info.get("MemTotal", 0), info.get("MemAvailable", 0)
+    except OSError:
+        pass
+    return {"kb_free": free, "kb_total": total, "bytes_used": (total - free) * 1024, "bytes_limit": total * 1024}

@@ -1,0 +1,84 @@
+"""torch_xla.runtime: the PJRT runtime as PyTorch/XLA exposes it."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from . import _C
+from ._internal import plugins as _plugins
+
+_cache_path: Optional[str] = None
+_spmd = False
+
+
+def device_type() -> Optional[str]:
+    """Returns the current PjRt device type (selects the default, CPU, if none is configured)."""
+    return _plugins.device_type_from_env()
+
+
+def local_process_count() -> int:
+    """Returns the number of processes running on this host."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("PJRT_LOCAL_PROCESS_COUNT", "1")))
+
+
+def local_device_count() -> int:
+    """Returns the total number of devices on this host."""
+    return local_process_count() * addressable_device_count()
+
+
+def addressable_device_count() -> int:
+    """Returns the number of devices visible to this process."""
+    return _C._device_count()
+
+
+def global_device_count() -> int:
+    """Returns the total number of devices across all processes/hosts."""
+    return world_size() * addressable_device_count()
+
+
+def global_runtime_device_count() -> int:
+    """Returns the total number of runtime devices across all processes/hosts (for SPMD)."""
+    return global_device_count()
+
+
+def world_size() -> int:
+    """Returns the total number of processes participating in the job."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def global_ordinal() -> int:
+    """Returns global ordinal of this thread within all processes."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def local_ordinal() -> int:
+    """Returns local ordinal of this thread within this host."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def process_index() -> int:
+    return global_ordinal()
+
+
+def host_index() -> int:
+    return int(os.environ.get("GROUP_RANK", "0"))
+
+
+def get_master_ip() -> str:
+    """Retrieve the master worker IP for the runtime."""
+    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+
+def use_spmd(auto: Optional[bool] = False):
+    """API to enable SPMD mode (not implemented yet in this build)."""
+    raise NotImplementedError("SPMD is not implemented yet in this torch_xla build")
+
+
+def is_spmd() -> bool:
+    """Returns if SPMD is set for execution."""
+    return _spmd
+
+
+def initialize_cache(path: str, readonly: bool = False):
+    """Initializes the persistent compilation cache (must be called before any computation)."""
+    raise NotImplementedError("the persistent compilation cache is not implemented yet in this torch_xla build")
