@@ -280,10 +280,11 @@ class RowKernel : public c10::OperatorKernel {
   static void Assign(const at::Tensor& dst, const ir::Value& v) {
     auto* impl = dynamic_cast<XLATensorImpl*>(dst.unsafeGetTensorImpl());
     TORCH_CHECK(impl, "out= tensor must be an XLA tensor");
-    if (impl->tensor()->shape() == v.shape()) {
-      impl->tensor()->SetPending(v);
+    const ir::Shape& cur = impl->tensor()->shape();
+    if (cur.dims == v.dims()) {
+      impl->tensor()->SetPending(ops::Cast(v, cur.dtype));
     } else {
-      impl->set_tensor(graph::TensorFromValue(v, impl->tensor()->device()));
+      impl->set_tensor(graph::TensorFromValue(ops::Cast(v, cur.dtype), impl->tensor()->device()));
     }
   }
 
@@ -495,8 +496,34 @@ void RegisterKernels() {
       overload = name.substr(dot + 1);
       name = name.substr(0, dot);
     }
-    if (!dispatcher.findSchema({"aten::" + name, overload})) continue;  // not in this torch release
-    lib->impl(row.aten.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RowKernel>(&row)));
+    // The functional row also serves its in-place (name_) and out= variants: their schemas mark the
+    // written argument, and the kernel routes the result into it.
+    std::vector<std::pair<std::string, std::string>> variants = {{name, overload}, {name + "_", overload}};
+    if (overload.empty()) {
+      variants.push_back({name, "out"});
+    } else {
+      variants.push_back({name, overload + "_out"});
+      variants.push_back({name, "out"});
+    }
+    for (const auto& [vname, vover] : variants) {
+      auto handle = dispatcher.findSchema({"aten::" + vname, vover});
+      if (!handle) continue;  // not in this torch release
+      if (vname != name || vover != overload) {
+        // out= "out" overloads must extend the functional schema's arguments.
+        auto base = dispatcher.findSchema({"aten::" + name, overload});
+        if (!base || handle->schema().arguments().size() < base->schema().arguments().size()) continue;
+        if (vover == "out" && !overload.empty() && vname == name) {
+          bool same_prefix = true;
+          const auto& a = handle->schema().arguments();
+          const auto& b = base->schema().arguments();
+          for (size_t i = 0; i < b.size() && same_prefix; ++i) same_prefix = a[i].name() == b[i].name();
+          if (!same_prefix) continue;
+        }
+        if (ops::FindOp(vname + (vover.empty() ? "" : "." + vover))) continue;  // has its own row
+      }
+      std::string full = vname + (vover.empty() ? "" : "." + vover);
+      lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RowKernel>(&row)));
+    }
   }
   lib->impl("copy_", TORCH_FN(Copy_));
   lib->impl("_copy_from", TORCH_FN(CopyFrom));
