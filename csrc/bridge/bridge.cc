@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <set>
 
 #include "ops/op_table.h"
 #include "util/metrics.h"
@@ -150,6 +151,14 @@ graph::TensorPtr FromCpu(const at::Tensor& cpu_in, int device) {
 
 // ------------------------------------------------------------------ row kernel
 namespace {
+
+// Device indices from the user (device= arguments, .to("xla:N")) must exist: IndexError otherwise.
+int CheckedDevice(int index) {
+  int n = graph::DeviceCount();
+  TORCH_CHECK_INDEX(index >= 0 && index < n, "XLA device index ", index,
+                    " is out of range: this process has ", n, " device(s)");
+  return index;
+}
 
 enum class ArgClass { kTensor, kTensorList, kOptTensorList, kScalar, kDType, kDevice, kString, kIntList, kBoolList,
                       kInt, kDouble, kBool, kOther };
@@ -302,7 +311,7 @@ class RowKernel : public c10::OperatorKernel {
     for (size_t i = 0; i < ivs.size(); ++i) {
       if (classes_[i] == ArgClass::kDevice && ivs[i].isDevice()) {
         auto d = ivs[i].toDevice();
-        if (d.type() == c10::DeviceType::XLA) return d.has_index() ? d.index() : 0;
+        if (d.type() == c10::DeviceType::XLA) return CheckedDevice(d.has_index() ? d.index() : 0);
       }
     }
     return 0;
@@ -435,14 +444,14 @@ at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, s
   if (!x) {
     // Host -> device upload (e.g. cpu_tensor.to("xla")).
     TORCH_CHECK(self.device().is_cpu(), "_to_copy: cannot copy from ", self.device(), " to an XLA device");
-    int target = device && device->has_index() ? device->index() : 0;
+    int target = CheckedDevice(device && device->has_index() ? device->index() : 0);
     return MakeXla(FromCpu(self.to(st), target));
   }
   if (device && device->type() != c10::DeviceType::XLA) {
     at::Tensor cpu = ToCpu(x);
     return cpu.to(*device, st);
   }
-  int target = device && device->has_index() ? device->index() : x->device();
+  int target = device && device->has_index() ? CheckedDevice(device->index()) : x->device();
   ir::Value v = x->GetValue();
   if (target != x->device()) v = FromCpu(ToCpu(x), target)->GetValue();
   return MakeXla(graph::TensorFromValue(ops::Cast(v, ToDType(st)), target));
@@ -489,6 +498,9 @@ void RegisterKernels() {
   if (lib) return;
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::XLA, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
+  // Kernels of our own, not rows: never overridden by a row variant.
+  std::set<std::string> registered = {"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy",
+                                      "_local_scalar_dense"};
   for (const auto& row : ops::OpTable()) {
     std::string name = row.aten, overload;
     auto dot = name.find('.');
@@ -512,16 +524,18 @@ void RegisterKernels() {
         // out= "out" overloads must extend the functional schema's arguments.
         auto base = dispatcher.findSchema({"aten::" + name, overload});
         if (!base || handle->schema().arguments().size() < base->schema().arguments().size()) continue;
-        if (vover == "out" && !overload.empty() && vname == name) {
-          bool same_prefix = true;
-          const auto& a = handle->schema().arguments();
-          const auto& b = base->schema().arguments();
-          for (size_t i = 0; i < b.size() && same_prefix; ++i) same_prefix = a[i].name() == b[i].name();
-          if (!same_prefix) continue;
+        // The variant must take the functional row's arguments, same names and types, first.
+        bool same_prefix = true;
+        const auto& a = handle->schema().arguments();
+        const auto& b = base->schema().arguments();
+        for (size_t i = 0; i < b.size() && same_prefix; ++i) {
+          same_prefix = a[i].name() == b[i].name() && a[i].type()->str() == b[i].type()->str();
         }
+        if (!same_prefix) continue;
         if (ops::FindOp(vname + (vover.empty() ? "" : "." + vover))) continue;  // has its own row
       }
       std::string full = vname + (vover.empty() ? "" : "." + vover);
+      if (!registered.insert(full).second) continue;
       lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RowKernel>(&row)));
     }
   }

@@ -120,7 +120,6 @@ void AddShapeRows(std::vector<OpRow>& rows) {
   };
   rows.push_back({"view_copy", view});
   rows.push_back({"_unsafe_view", view});
-  rows.push_back({"reshape", view});
   rows.push_back({"_reshape_alias_copy", view});
   rows.push_back({"permute_copy", [](OpArgs& a) -> V { return {PermuteDims(a.V(0), a.Ints(1))}; }});
   rows.push_back({"transpose_copy.int", [](OpArgs& a) -> V {
