@@ -74,6 +74,10 @@ def main(argv=None) -> dict:
     _, vocab, data = gpt.load_corpus()
     print(f"demo GPT, batch={args.batch_size}, warm-up {args.warmup} steps, timed {args.steps} steps")
 
+    if args.device != "cpu":
+        # Import before any backward: autograd sizes its per-device thread pool at the first
+        # backward, from the device types registered at that moment.
+        import torch_xla  # noqa: F401
     print("eager CPU:")
     cpu_ms = run(torch.device("cpu"), data, len(vocab), args)
     print(f"  {cpu_ms:8.2f} ms/step")
