@@ -80,5 +80,24 @@ def is_spmd() -> bool:
 
 
 def initialize_cache(path: str, readonly: bool = False):
-    """Initializes the persistent compilation cache (must be called before any computation)."""
-    raise NotImplementedError("the persistent compilation cache is not implemented yet in this torch_xla build")
+    """Initializes the persistent compilation cache. Must be called before any computation.
+
+    Compiled executables are serialized (PJRT) into ``path``, one file per graph, keyed by the
+    StableHLO text, the compile options, the plugin and its version, XLA_FLAGS and the devices.
+    Writes are atomic; an unreadable entry is recompiled and replaced. With ``readonly=True`` the
+    cache is read and never written.
+
+    Args:
+      path: the folder of the cache (created if missing, unless readonly).
+      readonly: whether this worker may only read the cache.
+    """
+    global _cache_path
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str, got {type(path).__name__}")
+    path = os.path.abspath(os.fspath(path))
+    if _C._any_computation_ran():
+        raise RuntimeError("initialize_cache() must be called before any computation has been performed")
+    if _cache_path is not None and _cache_path != path:
+        raise RuntimeError(f"the persistent cache is already initialized at {_cache_path}")
+    _C._initialize_cache(path, bool(readonly))
+    _cache_path = path

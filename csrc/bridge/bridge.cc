@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "ops/op_table.h"
@@ -235,6 +236,8 @@ class RowKernel : public c10::OperatorKernel {
     args.args.resize(n);
     int device = FindDevice(ivs);
     args.device = device;
+    std::optional<ir::ScopeGuard> scope;
+    if (graph::WantScopes()) scope.emplace(graph::CurrentUserScope());
     for (size_t i = 0; i < n; ++i) Convert(ivs[i], classes_[i], device, &args.args[i]);
     std::vector<ir::Value> outs;
     try {
@@ -265,7 +268,27 @@ class RowKernel : public c10::OperatorKernel {
       }
     }
     torch::jit::drop(*stack, n);
+    if (graph::EagerMode() && !graph::InCompiledRegion()) RunNow(results);
     for (auto& v : results) stack->push_back(std::move(v));
+  }
+
+  // Eager mode: materialize what this op produced (compiled once per op signature, cached).
+  static void RunNow(const std::vector<c10::IValue>& results) {
+    std::vector<graph::TensorPtr> ts;
+    auto add = [&](const at::Tensor& t) {
+      at::Tensor inner = t;
+      if (t.defined() && at::functionalization::impl::isFunctionalTensor(t)) {
+        inner = at::functionalization::impl::from_functional_tensor(t);
+      }
+      if (auto x = TryGetXla(inner)) ts.push_back(x);
+    };
+    for (const auto& v : results) {
+      if (v.isTensor()) add(v.toTensor());
+      else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) add(t);
+    }
+    graph::SyncOptions o;
+    o.eager = true;
+    graph::SyncTensors(&ts, o);
   }
 
  private:

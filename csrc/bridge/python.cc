@@ -93,6 +93,59 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_seed", [](uint64_t seed, int device) { graph::SetSeed(seed, device); });
   m.def("_get_seed", [](int device) { return graph::GetSeed(device); });
 
+  m.def("_set_eager_mode", &graph::SetEagerMode);
+  m.def("_eager_mode", &graph::EagerMode);
+  m.def("_enter_compiled_region", &graph::EnterCompiledRegion);
+  m.def("_exit_compiled_region", &graph::ExitCompiledRegion);
+  m.def("_set_execution_forbidden", &graph::SetExecutionForbidden);
+  m.def("_initialize_cache", [](const std::string& path, bool readonly) {
+    try {
+      graph::InitializeCache(path, readonly);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("_any_computation_ran", &graph::AnyComputationRan);
+  m.def("_compile_report", &graph::CompileReport);
+  m.def("_sync_hashes", [](const std::string& name) {
+    // Runs all pending work as graph `name`; returns the hashes of the graphs that ran.
+    std::vector<Hash128> hashes;
+    graph::SyncOptions o;
+    o.name = name;
+    o.executed = &hashes;
+    {
+      py::gil_scoped_release nogil;
+      graph::SyncTensors(nullptr, o);
+    }
+    std::vector<std::string> out;
+    for (auto& h : hashes) out.push_back(h.ToString());
+    return out;
+  });
+  graph::SetScopeProvider([]() -> std::string {
+    // The innermost Python frame outside torch's and torch_xla's own code.
+    py::gil_scoped_acquire gil;
+    PyFrameObject* frame = PyEval_GetFrame();
+    if (frame) Py_INCREF(frame);
+    std::string found;
+    while (frame) {
+      PyCodeObject* code = PyFrame_GetCode(frame);
+      std::string file = py::str(code->co_filename).cast<std::string>();
+      int line = PyFrame_GetLineNumber(frame);
+      Py_DECREF(code);
+      bool internal = file.find("/torch/") != std::string::npos || file.find("/torch_xla/") != std::string::npos ||
+                      file.rfind("<frozen", 0) == 0;
+      if (!internal) {
+        found = file + ":" + std::to_string(line);
+        Py_DECREF(frame);
+        break;
+      }
+      PyFrameObject* back = PyFrame_GetBack(frame);
+      Py_DECREF(frame);
+      frame = back;
+    }
+    return found;
+  });
+
   m.def("_lowered_ops", []() {
     std::vector<std::string> names;
     for (const auto& r : ops::OpTable()) names.push_back(r.aten);

@@ -1,6 +1,10 @@
 #include "graph/graph.h"
 
 #include <atomic>
+#include <cerrno>
+#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,15 +26,6 @@ using ir::Value;
 // ------------------------------------------------------------------ live tensor registry
 namespace {
 std::atomic<int64_t> g_next_id{1};
-
-struct Registry {
-  std::mutex mu;
-  std::unordered_map<int64_t, TensorData*> live;
-};
-Registry& Reg() {
-  static Registry* r = new Registry();
-  return *r;
-}
 
 // TensorData is owned by shared_ptr; we keep weak handles next to the raw registry.
 std::mutex g_weak_mu;
@@ -339,19 +334,139 @@ struct Computation {
   std::string module_name;
 };
 
+// ---- compilation control state
+std::mutex g_ctl_mu;
+std::string g_forbid_message;
+std::atomic<bool> g_eager{false};
+std::atomic<int> g_region_depth{0};
+std::atomic<bool> g_any_computation{false};
+std::string g_cache_dir;
+bool g_cache_readonly = false;
+
+// ---- persistent cache files: magic, key, payload length, payload, checksum. Written atomically.
+constexpr char kCacheMagic[] = "TXLA-PCACHE-1\n";
+
+uint64_t Checksum(const std::string& data) {
+  return HashValue(std::string_view(data)) ^ Mix64(data.size());
+}
+
+std::string CacheFile(const Hash128& key) { return g_cache_dir + "/" + key.ToString() + ".xlaexe"; }
+
+bool ReadCacheEntry(const std::string& path, const Hash128& key, std::string* payload) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t magic = sizeof(kCacheMagic) - 1;
+  if (blob.size() < magic + 16 + 8 + 8 || blob.compare(0, magic, kCacheMagic) != 0) return false;
+  Hash128 stored;
+  uint64_t len, sum;
+  std::memcpy(&stored.lo, blob.data() + magic, 8);
+  std::memcpy(&stored.hi, blob.data() + magic + 8, 8);
+  std::memcpy(&len, blob.data() + magic + 16, 8);
+  if (stored != key || blob.size() != magic + 24 + len + 8) return false;
+  *payload = blob.substr(magic + 24, len);
+  std::memcpy(&sum, blob.data() + magic + 24 + len, 8);
+  return sum == Checksum(*payload);
+}
+
+void WriteCacheEntry(const std::string& path, const Hash128& key, const std::string& payload) {
+  std::string blob(kCacheMagic);
+  uint64_t len = payload.size(), sum = Checksum(payload);
+  blob.append(reinterpret_cast<const char*>(&key.lo), 8);
+  blob.append(reinterpret_cast<const char*>(&key.hi), 8);
+  blob.append(reinterpret_cast<const char*>(&len), 8);
+  blob += payload;
+  blob.append(reinterpret_cast<const char*>(&sum), 8);
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(blob.data(), static_cast<std::streamsize>(blob.size()));
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("persistent cache: cannot write " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("persistent cache: cannot rename into " + path);
+  }
+}
+
+// Everything that changes the compiled binary.
+Hash128 PersistentKey(const std::string& text, const runtime::CompileOptions& opts) {
+  auto& c = GetClient();
+  Hash128 h{0x5EEDULL, 0xCAFEULL};
+  h = HashAll(h, text, runtime::EncodeCompileOptions(opts), c.PlatformName(), c.PlatformVersion(),
+              static_cast<int64_t>(c.ApiMajor()), static_cast<int64_t>(c.ApiMinor()), Config().plugin_path);
+  const char* flags = std::getenv("XLA_FLAGS");
+  h = HashAll(h, std::string(flags ? flags : ""), static_cast<int64_t>(c.NumDevices()));
+  for (int i = 0; i < c.NumDevices(); ++i) h = HashAll(h, c.DeviceKind(i));
+  return h;
+}
+
+// ---- compile reasons (PT_XLA_DEBUG)
+struct GraphSig {
+  std::vector<std::string> nodes;   // descriptors
+  std::vector<std::string> scopes;  // source lines
+};
+std::map<std::string, std::vector<GraphSig>>& Sigs() {
+  static auto* m = new std::map<std::string, std::vector<GraphSig>>();
+  return *m;
+}
+std::map<std::string, int64_t>& CompileCounts() {
+  static auto* m = new std::map<std::string, int64_t>();
+  return *m;
+}
+
+std::string Describe(const Node* n) {
+  std::string d = n->ToString();
+  if (!n->scope.empty()) d = d.substr(0, d.size() - n->scope.size() - 4);  // drop "  # scope"
+  return d;
+}
+
+std::string CompileReason(const std::string& name, const std::vector<const Node*>& nodes) {
+  GraphSig sig;
+  for (const Node* n : nodes) {
+    sig.nodes.push_back(Describe(n));
+    sig.scopes.push_back(n->scope);
+  }
+  auto& known = Sigs()[name];
+  int64_t count = ++CompileCounts()[name];
+  std::string reason;
+  if (known.empty()) {
+    reason = "first compile of graph '" + name + "'";
+  } else {
+    size_t best = 0, best_prefix = 0;
+    for (size_t k = 0; k < known.size(); ++k) {
+      size_t p = 0;
+      while (p < known[k].nodes.size() && p < sig.nodes.size() && known[k].nodes[p] == sig.nodes[p]) ++p;
+      if (p >= best_prefix) { best_prefix = p; best = k; }
+    }
+    const GraphSig& old = known[best];
+    size_t i = best_prefix;
+    auto where = [](const std::string& scope) { return scope.empty() ? std::string() : " (from " + scope + ")"; };
+    if (i == 0) {
+      reason = "a new graph (none of the " + std::to_string(known.size()) + " cached graphs of this name starts "
+               "the same way; first op `" + sig.nodes[0] + "`" + where(sig.scopes[0]) + ")";
+    } else if (i < sig.nodes.size() && i < old.nodes.size()) {
+      reason = "differs from a cached graph at node " + std::to_string(i) + ": now `" + sig.nodes[i] + "`" +
+               where(sig.scopes[i]) + ", cached `" + old.nodes[i] + "`" + where(old.scopes[i]);
+    } else if (i < sig.nodes.size()) {
+      reason = "has more ops than a cached graph, first extra: `" + sig.nodes[i] + "`" + where(sig.scopes[i]);
+    } else {
+      reason = "has fewer ops than a cached graph, which continues with `" + old.nodes[i] + "`" + where(old.scopes[i]);
+    }
+  }
+  if (known.size() < 64) known.push_back(std::move(sig));
+  return reason + "; compiles of '" + name + "' so far: " + std::to_string(count);
+}
+
 std::mutex g_cache_mu;
 std::unordered_map<Hash128, std::shared_ptr<Computation>, Hash128Hasher>& Cache() {
   static auto* m = new std::unordered_map<Hash128, std::shared_ptr<Computation>, Hash128Hasher>();
   return *m;
 }
 
-bool DebugEnabled() {
-  static bool on = [] {
-    const char* e = std::getenv("PT_XLA_DEBUG");
-    return e && std::strcmp(e, "0") != 0 && *e;
-  }();
-  return on;
-}
 
 runtime::CompileOptions OptionsForDevice(int device) {
   runtime::CompileOptions o;
@@ -359,9 +474,9 @@ runtime::CompileOptions OptionsForDevice(int device) {
   return o;
 }
 
-// Step 3: find or build the executable.
+// Step 3: find or build the executable (memory cache, then the persistent cache, then XLA).
 std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder& po, const std::vector<Value>& roots,
-                                             int device, const std::string& name) {
+                                             int device, const SyncOptions& opts) {
   {
     std::lock_guard<std::mutex> g(g_cache_mu);
     auto it = Cache().find(key);
@@ -371,29 +486,51 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
     }
   }
   lowering::ModuleSpec spec;
-  spec.name = name.empty() ? "SyncTensorsGraph" : name;
+  spec.name = opts.name.empty() ? "SyncTensorsGraph" : opts.name;
   spec.post_order = po.nodes;
   spec.params = po.params;
   spec.roots = roots;
+  spec.locations = HloDebug();
   std::string text = lowering::EmitStableHlo(spec);
-  if (DebugEnabled()) {
-    std::fprintf(stderr, "[PT_XLA_DEBUG] compiling graph %s (%zu nodes, %zu inputs, %zu outputs) hash %s\n",
-                 spec.name.c_str(), po.nodes.size(), po.params.size(), roots.size(), key.ToString().c_str());
+  if (DebugLevel() > 0 && !opts.eager) {
+    std::fprintf(stderr, "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
+                 spec.name.c_str(), po.nodes.size(), po.params.size(), roots.size(), key.ToString().c_str(),
+                 CompileReason(spec.name, po.nodes).c_str());
   }
   auto comp = std::make_shared<Computation>();
   comp->module_name = spec.name;
-  {
-    metrics::Timer timer("CompileTime");
+  runtime::CompileOptions copts = OptionsForDevice(device);
+  Hash128 pkey;
+  bool from_disk = false;
+  if (!g_cache_dir.empty()) {
+    pkey = PersistentKey(text, copts);
+    std::string payload;
+    if (ReadCacheEntry(CacheFile(pkey), pkey, &payload)) {
+      try {
+        comp->exe = GetClient().DeserializeExecutable(payload, copts);
+        from_disk = true;
+        metrics::IncrementCounter("PersistentCacheHit");
+      } catch (const std::exception&) {
+        from_disk = false;  // unreadable by this plugin: recompile and replace
+      }
+    }
+    if (!from_disk) metrics::IncrementCounter("PersistentCacheMiss");
+  }
+  if (!from_disk) {
+    metrics::Timer timer(opts.eager ? "EagerOpCompileTime" : "CompileTime");
     try {
-      comp->exe = GetClient().Compile(text, OptionsForDevice(device));
+      comp->exe = GetClient().Compile(text, copts);
     } catch (const std::exception& e) {
       const char* dump = std::getenv("TXLA_DUMP_ON_ERROR");
       std::string msg = std::string("XLA compilation failed: ") + e.what();
       if (dump && *dump) msg += "\n--- StableHLO ---\n" + text;
       throw std::runtime_error(msg);
     }
+    metrics::IncrementCounter("UncachedCompile");
+    if (!g_cache_dir.empty() && !g_cache_readonly) {
+      WriteCacheEntry(CacheFile(pkey), pkey, comp->exe.Serialize());
+    }
   }
-  metrics::IncrementCounter("UncachedCompile");
   std::lock_guard<std::mutex> g(g_cache_mu);
   Cache()[key] = comp;
   return comp;
@@ -418,7 +555,8 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   PostOrder po = ComputePostOrder(roots);
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   Hash128 key = GraphHash(po, roots, device);
-  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts.name);
+  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts);
+  if (opts.executed) opts.executed->push_back(key);
 
   std::vector<PJRT_Buffer*> args;
   args.reserve(po.params.size());
@@ -431,9 +569,10 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   }
   std::vector<runtime::Buffer> outs;
   {
-    metrics::Timer timer("ExecuteTime");
+    metrics::Timer timer(opts.eager ? "EagerOpExecuteTime" : "ExecuteTime");
     outs = GetClient().Execute(comp->exe, args, device);
   }
+  g_any_computation = true;
   if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");
   std::vector<ir::DeviceDataPtr> datas;
   datas.reserve(outs.size());
@@ -460,6 +599,10 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   std::unordered_set<int64_t> seen;
   for (auto& t : all) {
     if (t && t->HasPending() && seen.insert(t->id()).second) by_device[t->device()].push_back(t);
+  }
+  if (!by_device.empty()) {
+    std::lock_guard<std::mutex> g(g_ctl_mu);
+    if (!g_forbid_message.empty()) throw std::runtime_error(g_forbid_message);
   }
   for (auto& [device, ts] : by_device) SyncDevice(ts, device, opts);
 }
@@ -500,6 +643,77 @@ size_t CompileCacheSize() {
 void ClearCompileCache() {
   std::lock_guard<std::mutex> g(g_cache_mu);
   Cache().clear();
+}
+
+void SetExecutionForbidden(const std::string& message) {
+  std::lock_guard<std::mutex> g(g_ctl_mu);
+  g_forbid_message = message;
+}
+void SetEagerMode(bool on) { g_eager = on; }
+bool EagerMode() { return g_eager; }
+void EnterCompiledRegion() { ++g_region_depth; }
+void ExitCompiledRegion() { --g_region_depth; }
+bool InCompiledRegion() { return g_region_depth > 0; }
+bool AnyComputationRan() { return g_any_computation; }
+
+void InitializeCache(const std::string& path, bool readonly) {
+  if (g_any_computation) {
+    throw std::runtime_error("initialize_cache() must be called before any computation has run in this process");
+  }
+  if (path.empty()) throw std::invalid_argument("initialize_cache(): path is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (readonly) throw std::invalid_argument("initialize_cache(): read-only cache folder does not exist: " + path);
+    std::string partial;
+    for (size_t i = 0; i <= path.size(); ++i) {
+      if (i == path.size() || (path[i] == '/' && i > 0)) {
+        partial = path.substr(0, i);
+        if (::stat(partial.c_str(), &st) != 0 && ::mkdir(partial.c_str(), 0755) != 0) {
+          throw std::invalid_argument("initialize_cache(): cannot create folder " + partial + ": " + std::strerror(errno));
+        }
+      }
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    throw std::invalid_argument("initialize_cache(): not a folder: " + path);
+  }
+  if (!readonly && ::access(path.c_str(), W_OK) != 0) {
+    throw std::invalid_argument("initialize_cache(): cache folder is not writable: " + path);
+  }
+  g_cache_dir = path;
+  g_cache_readonly = readonly;
+}
+
+int DebugLevel() {
+  static int level = [] {
+    const char* e = std::getenv("PT_XLA_DEBUG");
+    const char* l = std::getenv("PT_XLA_DEBUG_LEVEL");
+    bool on = e && *e && std::strcmp(e, "0") != 0;
+    if (!on) return 0;
+    return l && *l ? std::max(1, std::atoi(l)) : 1;
+  }();
+  return level;
+}
+
+bool HloDebug() {
+  static bool on = [] {
+    const char* e = std::getenv("XLA_HLO_DEBUG");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+namespace {
+std::function<std::string()> g_scope_provider;
+}
+void SetScopeProvider(std::function<std::string()> provider) { g_scope_provider = std::move(provider); }
+bool WantScopes() { return g_scope_provider && (DebugLevel() > 0 || HloDebug()); }
+std::string CurrentUserScope() { return g_scope_provider ? g_scope_provider() : std::string(); }
+
+std::string CompileReport() {
+  std::lock_guard<std::mutex> g(g_cache_mu);
+  std::string s;
+  for (auto& [name, n] : CompileCounts()) s += name + ": " + std::to_string(n) + " compile(s)\n";
+  return s;
 }
 
 }  // namespace txla::graph

@@ -73,7 +73,9 @@ ir::Value NextRngState(int device);  // u64[2] state for rng_bit_generator; adva
 // ---- Sync.
 struct SyncOptions {
   bool wait = false;
-  std::string name;  // shows in debug output
+  bool eager = false;                       // one op run at once (eager mode): EagerOp* metrics
+  std::string name;                         // shows in debug output, dumps and the module name
+  std::vector<Hash128>* executed = nullptr;  // receives the hashes of the graphs that ran
 };
 // Materializes the given tensors (all live pending tensors when `tensors` is null).
 void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts);
@@ -85,5 +87,26 @@ std::vector<TensorPtr> LiveTensors();
 std::string DumpIr(const std::vector<TensorPtr>& tensors);
 size_t CompileCacheSize();
 void ClearCompileCache();
+
+// ---- Compilation under the user's control.
+// While set (torch_xla.compile(full_graph=True)), any execution raises with this message.
+void SetExecutionForbidden(const std::string& message);  // "" lifts it
+// Eager mode: every op outside compiled regions runs at once.
+void SetEagerMode(bool on);
+bool EagerMode();
+void EnterCompiledRegion();
+void ExitCompiledRegion();
+bool InCompiledRegion();
+// Persistent compilation cache (PJRT serialize/deserialize). Throws if a computation already ran.
+void InitializeCache(const std::string& path, bool readonly);
+bool AnyComputationRan();
+// Debug output (PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL): compile reasons with source lines.
+int DebugLevel();
+bool HloDebug();  // XLA_HLO_DEBUG: Python source locations in the StableHLO
+// Source-line provider (installed by the Python bridge); called only when debugging is on.
+void SetScopeProvider(std::function<std::string()> provider);
+bool WantScopes();
+std::string CurrentUserScope();
+std::string CompileReport();  // per-name compile counts
 
 }  // namespace txla::graph

@@ -60,6 +60,12 @@ const char* OpName(Op op) {
   return kNames[static_cast<int>(op)];
 }
 
+namespace {
+thread_local std::string t_scope;
+}
+void SetCurrentScope(std::string scope) { t_scope = std::move(scope); }
+const std::string& CurrentScope() { return t_scope; }
+
 Node::Node(Op op_, std::vector<Value> operands_, std::vector<Shape> shapes_, Attrs attrs_, DeviceDataPtr data_)
     : op(op_), operands(std::move(operands_)), shapes(std::move(shapes_)), attrs(std::move(attrs_)),
       data(std::move(data_)) {
@@ -67,6 +73,7 @@ Node::Node(Op op_, std::vector<Value> operands_, std::vector<Shape> shapes_, Att
   h = HashAll(h, static_cast<int64_t>(op), attrs.ints, attrs.f, attrs.n, attrs.s);
   for (const auto& s : shapes) h = HashAll(h, static_cast<int64_t>(s.dtype), s.dims);
   op_hash = h;
+  if (!t_scope.empty()) scope = t_scope;
 }
 
 std::string Node::ToString() const {

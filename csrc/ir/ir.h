@@ -108,6 +108,15 @@ struct Node {
 
 inline const Shape& Value::shape() const { return node->shapes[index]; }
 
+// Debug scope (Python source line) recorded into nodes built on this thread while set.
+void SetCurrentScope(std::string scope);
+const std::string& CurrentScope();
+class ScopeGuard {
+ public:
+  explicit ScopeGuard(std::string scope) { SetCurrentScope(std::move(scope)); }
+  ~ScopeGuard() { SetCurrentScope(std::string()); }
+};
+
 // Thrown for invalid shapes/arguments while building IR: reaches Python as ValueError.
 class ShapeError : public std::invalid_argument {
  public:

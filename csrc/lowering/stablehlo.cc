@@ -114,7 +114,22 @@ class Emitter {
       for (size_t i = 0; i < n.shapes.size(); ++i) body_ << (i ? ", " : "") << T(n.shapes[i]);
       body_ << ")";
     }
+    if (spec_.locations && !n.scope.empty()) body_ << " " << Location(n.scope);
     body_ << "\n";
+  }
+
+  // "file.py:12" -> loc("file.py":12:0)
+  static std::string Location(const std::string& scope) {
+    auto colon = scope.rfind(':');
+    std::string file = colon == std::string::npos ? scope : scope.substr(0, colon);
+    std::string line = colon == std::string::npos ? "0" : scope.substr(colon + 1);
+    std::string esc;
+    for (char c : file) {
+      if (c == '"' || c == '\\') esc += '\\';
+      esc += c;
+    }
+    for (char c : line) if (c < '0' || c > '9') return "loc(\"" + esc + "\")";
+    return "loc(\"" + esc + "\":" + (line.empty() ? "0" : line) + ":0)";
   }
 
   // Emits a standalone scalar constant line and returns its name.

@@ -14,6 +14,7 @@ struct ModuleSpec {
   std::vector<ir::Value> roots;             // results, in order
   int num_replicas = 1;
   int num_partitions = 1;
+  bool locations = false;  // emit loc("file":line:0) from node scopes
 };
 
 std::string EmitStableHlo(const ModuleSpec& spec);

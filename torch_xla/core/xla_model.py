@@ -112,6 +112,26 @@ def get_stablehlo(tensors: Optional[List[torch.Tensor]] = None) -> str:
     return _C._get_stablehlo(list(tensors or []))
 
 
+def get_stablehlo_bytecode(tensors: Optional[List[torch.Tensor]] = None) -> bytes:
+    """The graph computing ``tensors`` (all pending tensors when empty) as MLIR bytecode.
+
+    XLA (the PJRT plugin) compiles these bytes again. Needs the `jax` and `jaxlib` packages for
+    MLIR's bytecode writer.
+    """
+    text = get_stablehlo(tensors)
+    try:
+        from jax._src.interpreters import mlir as _jmlir
+        from jax._src.lib.mlir import ir as _ir
+    except ImportError as e:
+        raise RuntimeError("get_stablehlo_bytecode needs MLIR's bytecode writer from jax/jaxlib: "
+                           "pip install jax jaxlib") from e
+    buf = io.BytesIO()
+    with _jmlir.make_ir_context():
+        module = _ir.Module.parse(text)
+        module.operation.write_bytecode(buf)
+    return buf.getvalue()
+
+
 def get_rng_state(device: Optional[Union[str, torch.device]] = None) -> int:
     """Gets the current running random number generator state."""
     idx = 0 if device is None else _parse_index(device)
