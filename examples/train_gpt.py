@@ -39,6 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", choices=["xla", "cpu"], default="xla")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--corpus", default=gpt.DEFAULT_CORPUS)
+    p.add_argument("--cache-dir", default=None,
+                   help="persistent compilation cache folder (torch_xla.runtime.initialize_cache)")
     p.add_argument("--sample", type=int, default=0,
                    help="after training, print this many sampled characters (generated on the CPU)")
     return p.parse_args(argv)
@@ -68,7 +70,10 @@ def main(argv=None) -> dict:
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met
+        import torch_xla.runtime as xr
 
+        if args.cache_dir:
+            xr.initialize_cache(args.cache_dir)
         device = torch_xla.device()
     else:
         device = torch.device("cpu")
@@ -93,6 +98,7 @@ def main(argv=None) -> dict:
     compiles_after_warmup = None
     t_start = time.perf_counter()
     t_timed = t_start
+    first_step_s = None
 
     steps = range(args.steps)
     bar = tqdm(steps, desc="train", dynamic_ncols=True) if tqdm is not None else None
@@ -106,6 +112,9 @@ def main(argv=None) -> dict:
         if on_xla:
             torch_xla.sync()  # cut the traced step into one graph and launch it
 
+        if step == 0:
+            wait()
+            first_step_s = time.perf_counter() - t_start
         if step + 1 == warmup:  # end of warm-up: start the clock, snapshot compiles
             wait()
             t_timed = time.perf_counter()
@@ -167,6 +176,7 @@ def main(argv=None) -> dict:
         "last_avg": last_avg,
         "tokens_per_s": tokens_per_s,
         "wall_s": wall,
+        "first_step_s": first_step_s,
         "compiles": compiles,
     }
 

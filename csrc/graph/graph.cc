@@ -624,6 +624,7 @@ std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
   PostOrder po = ComputePostOrder(spec.roots);
   spec.post_order = po.nodes;
   spec.params = po.params;
+  spec.locations = HloDebug();
   return lowering::EmitStableHlo(spec);
 }
 

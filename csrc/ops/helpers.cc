@@ -257,13 +257,17 @@ Value SumDims(const Value& x, const std::vector<int64_t>& dims_in, bool keepdim,
     dims.resize(x.rank());
     std::iota(dims.begin(), dims.end(), 0);
   }
+  if (x.rank() == 0) return Cast(x, out);  // dim 0/-1 of a scalar: nothing to reduce
   dims = ir::NormalizeDims(dims, x.rank());
-  Value in = Cast(x, out);
-  Value r = ir::Reduce(ir::ReduceKind::kSum, in, dims);
+  // bf16/f16 accumulate in float32 as eager does.
+  DType acc = out == DType::kBF16 || out == DType::kF16 ? DType::kF32 : out;
+  Value r = ir::Reduce(ir::ReduceKind::kSum, Cast(x, acc), dims);
+  r = Cast(r, out);
   return keepdim ? KeepDims(r, x.dims(), dims) : r;
 }
 
 Value KeepDims(const Value& reduced, const std::vector<int64_t>& in_dims, const std::vector<int64_t>& rdims) {
+  if (in_dims.empty()) return reduced;
   std::vector<int64_t> shape = in_dims;
   for (int64_t d : rdims) shape[d] = 1;
   return ir::Reshape(reduced, shape);
@@ -280,6 +284,9 @@ Value PermuteDims(const Value& x, const std::vector<int64_t>& perm) {
 Value Softmax(const Value& x, int64_t dim, bool log) {
   dim = ir::NormalizeDim(dim, x.rank());
   if (x.rank() == 0) return log ? ir::Full(0, x.shape()) : ir::Full(1, x.shape());
+  if (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) {  // eager computes these in float32
+    return Cast(Softmax(Cast(x, DType::kF32), dim, log), x.dtype());
+  }
   Value mx = KeepDims(ir::Reduce(ir::ReduceKind::kMax, x, {dim}), x.dims(), {dim});
   // Guard -inf rows (all masked): use 0 as the shift so we produce NaN like eager only when eager does.
   Value finite = ir::Unary(Op::kIsFinite, mx);

@@ -11,6 +11,21 @@ using V = std::vector<Value>;
 
 namespace {
 
+// Eager computes reduced-precision floats (bf16/f16) in float32 and rounds once per aten op; composite
+// rows do the same so intermediates are not rounded.
+DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+// Eager's lerp: exact at both ends (weight 0 -> self, weight 1 -> end).
+Value Lerp(const Value& x, const Value& e, const Value& w) {
+  auto dims = BroadcastShapes(BroadcastShapes(x.dims(), e.dims()), w.dims());
+  Value xb = BroadcastTo(x, dims), eb = BroadcastTo(e, dims), wb = BroadcastTo(w, dims);
+  Value diff = ir::Binary(Op::kSub, eb, xb);
+  Value lo = ir::Binary(Op::kAdd, xb, ir::Binary(Op::kMul, wb, diff));
+  Value hi = ir::Binary(Op::kSub, eb, ir::Binary(Op::kMul, diff, ir::Binary(Op::kSub, ir::Full(1, wb.shape()), wb)));
+  Value small = ir::Compare(CompareDir::kLT, ir::Unary(Op::kAbs, wb), ir::Full(0.5, wb.shape()));
+  return ir::Select(small, lo, hi);
+}
+
 // Converts tensor argument k to the compute type.
 Value In(const OpArgs& a, size_t k, DType t) { return Cast(a.V(k), t); }
 
@@ -73,6 +88,7 @@ V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mo
     DType ft = FloatOf(t);
     return {TrueDiv(Cast(a.V(0), ft), Cast(other_in, ft))};
   }
+  if (OpMath(t) != t) return {Cast(DivMode(a, other_in, mode, OpMath(t))[0], t)};
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
     if (*mode == "trunc") return {Bin(Op::kDiv, x, y)};
@@ -310,22 +326,33 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     DType t = ResultType({&a.T(0)}, {&a.S(1)});
     return {Bin(Op::kMin, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
   }});
-  rows.push_back({"lerp.Scalar", [](OpArgs& a) -> V {
+  rows.push_back({"clamp_min.Tensor", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)});
-    Value x = Cast(a.V(0), t), e = Cast(a.V(1), t);
-    return {Bin(Op::kAdd, x, Bin(Op::kMul, ScalarV(a.S(2), t, a.device), Bin(Op::kSub, e, x)))};
+    return {Bin(Op::kMax, Cast(a.V(0), t), Cast(a.V(1), t))};
+  }});
+  rows.push_back({"clamp_max.Tensor", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    return {Bin(Op::kMin, Cast(a.V(0), t), Cast(a.V(1), t))};
+  }});
+  rows.push_back({"lerp.Scalar", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    return {Cast(Lerp(Cast(a.V(0), ct), Cast(a.V(1), ct), ScalarV(a.S(2), ct, a.device)), t)};
+  }});
+  rows.push_back({"lerp.Tensor", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
+    return {Cast(Lerp(Cast(a.V(0), ct), Cast(a.V(1), ct), Cast(a.V(2), ct)), t)};
   }});
   rows.push_back({"addcmul", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)});
-    Value p = Bin(Op::kMul, Cast(a.V(1), t), Cast(a.V(2), t));
-    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), t, a.device));
-    return {Bin(Op::kAdd, Cast(a.V(0), t), p)};
+    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
+    Value p = Bin(Op::kMul, Cast(a.V(1), ct), Cast(a.V(2), ct));
+    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), ct, a.device));
+    return {Cast(Bin(Op::kAdd, Cast(a.V(0), ct), p), t)};
   }});
   rows.push_back({"addcdiv", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)});
-    Value p = Bin(Op::kDiv, Cast(a.V(1), t), Cast(a.V(2), t));
-    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), t, a.device));
-    return {Bin(Op::kAdd, Cast(a.V(0), t), p)};
+    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
+    Value p = Bin(Op::kDiv, Cast(a.V(1), ct), Cast(a.V(2), ct));
+    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), ct, a.device));
+    return {Cast(Bin(Op::kAdd, Cast(a.V(0), ct), p), t)};
   }});
   (void)In;
 }

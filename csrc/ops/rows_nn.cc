@@ -29,6 +29,9 @@ Value SampleWeights(const std::optional<Value>& weight, const Value& onehot, con
   return ir::Reduce(ir::ReduceKind::kSum, ir::Select(onehot, wb, ir::Full(0, wb.shape())), {1});
 }
 
+// bf16/f16 compute in float32 as eager does (rounded once at the end).
+DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
 Value LayerNormStat(const Value& x, const std::vector<int64_t>& axes) {
   return KeepDims(ir::Reduce(ir::ReduceKind::kSum, x, axes), x.dims(), axes);
 }
@@ -50,6 +53,8 @@ void AddNnRows(std::vector<OpRow>& rows) {
     Value g = a.V(0), y = a.V(1);
     int64_t dim = ir::NormalizeDim(a.Int(2), y.rank());
     if (y.rank() == 0) return {ir::Full(0, ir::Shape(a.args[3].dtype, {}))};  // softmax of a scalar is 1
+    DType ct = OpMath(y.dtype());
+    g = Cast(g, ct), y = Cast(y, ct);
     Value gy = ir::Binary(Op::kMul, g, y);
     Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, gy, {dim}), y.dims(), {dim});
     Value r = ir::Binary(Op::kMul, y, Bin(Op::kSub, g, s));
@@ -59,6 +64,8 @@ void AddNnRows(std::vector<OpRow>& rows) {
     Value g = a.V(0), y = a.V(1);
     int64_t dim = ir::NormalizeDim(a.Int(2), y.rank());
     if (y.rank() == 0) return {ir::Full(0, ir::Shape(a.args[3].dtype, {}))};  // log_softmax of a scalar is 0
+    DType ct = OpMath(y.dtype());
+    g = Cast(g, ct), y = Cast(y, ct);
     Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, g, {dim}), y.dims(), {dim});
     Value r = ir::Binary(Op::kSub, g, Bin(Op::kMul, ir::Unary(Op::kExp, y), s));
     return {Cast(r, a.args[3].dtype)};
@@ -209,9 +216,10 @@ void AddNnRows(std::vector<OpRow>& rows) {
     return {ir::Select(keep, scaled, ir::Full(0, x.shape())), keep};
   }});
   rows.push_back({"native_dropout_backward", [](OpArgs& a) -> V {
-    Value g = a.V(0), m = a.V(1);
+    // grad * mask * scale: a float scale promotes integer/bool grads to the default float type.
+    Value g = Cast(a.V(0), FloatOf(a.V(0).dtype())), m = a.V(1);
     Value s = ir::Binary(Op::kMul, g, ir::Full(a.Double(2), g.shape()));
-    return {ir::Select(Cast(m, DType::kPred), s, ir::Full(0, g.shape()))};
+    return {Where(Cast(m, DType::kPred), s, ir::Full(0, g.shape()))};
   }});
 }
 

@@ -121,7 +121,8 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     DType t = SumType(x, a.OptDType(2));
     if (x.rank() == 0) return {Cast(x, t)};
-    return {ir::Cumulative(ir::ReduceKind::kSum, Cast(x, t), a.Int(1))};
+    DType acc = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;  // eager accumulates in float32
+    return {Cast(ir::Cumulative(ir::ReduceKind::kSum, Cast(x, acc), a.Int(1)), t)};
   }});
 
   rows.push_back({"mm", [](OpArgs& a) -> V {

@@ -167,6 +167,13 @@ void AddShapeRows(std::vector<OpRow>& rows) {
     Value self = a.V(0);
     return {ScatterSlice(self, a.V(1), ResolveSlice(self, a.Int(2), a.OptInt(3), a.OptInt(4), a.Int(5)))};
   }});
+  // slice's backward. Without a row its CompositeExplicitAutograd kernel runs below functionalization and
+  // writes through an as_strided view, which the CPU fallback cannot do: the gradient came back zero.
+  rows.push_back({"slice_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0);
+    Value zeros = ir::Full(0, ir::Shape(g.dtype(), a.Ints(1)));
+    return {ScatterSlice(zeros, g, ResolveSlice(zeros, a.Int(2), a.OptInt(3), a.OptInt(4), a.Int(5)))};
+  }});
   rows.push_back({"select_scatter", [](OpArgs& a) -> V {
     Value self = a.V(0);
     int64_t dim = ir::NormalizeDim(a.Int(2), self.rank());
