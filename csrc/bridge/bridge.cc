@@ -247,6 +247,7 @@ class RowKernel : public c10::OperatorKernel {
       if (msg.rfind(args.op_name, 0) != 0) msg = args.op_name + ": " + msg;
       throw c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
     }
+    for (auto& [k, v] : args.writebacks) Assign(ivs[k].toTensor(), v);
     // Arguments written by the op (out=, in-place) are returned as themselves.
     std::vector<c10::IValue> results;
     const auto& rets = schema.returns();
@@ -480,6 +481,21 @@ at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, s
   return MakeXla(graph::TensorFromValue(ops::Cast(v, ToDType(st)), target));
 }
 
+// scaled_dot_product_attention: take PyTorch's math decomposition (matmul, softmax, dropout),
+// which lowers fully; the fused CPU/CUDA kernels do not apply to XLA tensors.
+int64_t FusedSdpChoice(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                       double, bool, std::optional<double>, bool) {
+  return 0;  // sdp::SDPBackend::math
+}
+
+// torch.tensor(..., device="xla") ends with lift_fresh: wrap the fresh tensor for functionalization
+// (an identity here would hand the user an unwrapped tensor whose views cannot work).
+at::Tensor LiftFresh(const at::Tensor& self) {
+  if (at::functionalization::impl::isFunctionalTensor(self)) return self;
+  if (c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize)) return self;
+  return at::functionalization::impl::to_functional_tensor(self);
+}
+
 at::Scalar LocalScalarDense(const at::Tensor& self) {
   auto x = TryGetXla(self);
   TORCH_CHECK(x, "_local_scalar_dense: expected an XLA tensor");
@@ -523,7 +539,7 @@ void RegisterKernels() {
   auto& dispatcher = c10::Dispatcher::singleton();
   // Kernels of our own, not rows: never overridden by a row variant.
   std::set<std::string> registered = {"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy",
-                                      "_local_scalar_dense"};
+                                      "_local_scalar_dense", "_fused_sdp_choice", "lift_fresh"};
   for (const auto& row : ops::OpTable()) {
     std::string name = row.aten, overload;
     auto dot = name.find('.');
@@ -567,6 +583,8 @@ void RegisterKernels() {
   lib->impl("_copy_from_and_resize", TORCH_FN(CopyFromAndResize));
   lib->impl("_to_copy", TORCH_FN(ToCopy));
   lib->impl("_local_scalar_dense", TORCH_FN(LocalScalarDense));
+  lib->impl("_fused_sdp_choice", TORCH_FN(FusedSdpChoice));
+  lib->impl("lift_fresh", TORCH_FN(LiftFresh));
   static torch::Library* fallback =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
   fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());

@@ -54,7 +54,7 @@ const char* OpName(Op op) {
       "compare", "select", "clamp",
       "broadcast_in_dim", "reshape", "transpose", "slice", "concatenate", "pad", "reverse",
       "dynamic_slice", "dynamic_update_slice",
-      "reduce", "arg_reduce", "reduce_window", "select_and_scatter", "sort", "cumulative",
+      "reduce", "arg_reduce", "reduce_window", "arg_reduce_window", "select_and_scatter", "sort", "cumulative",
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
@@ -426,13 +426,89 @@ std::pair<Value, Value> RngBitGenerator(const Value& state, const Shape& bits_sh
   return {Value(n, 0), Value(n, 1)};
 }
 
+namespace {
+// Parses "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]" into per-side role -> position maps.
+struct ConvDims {
+  int64_t lb = 0, lf = 1, ko = 0, ki = 1, ob = 0, of = 1;
+  std::vector<int64_t> ls, ks, os;  // spatial positions in order 0, 1, ...
+};
+ConvDims ParseConvDims(const std::string& text, int nsp) {
+  ConvDims d;
+  if (text.empty()) {
+    for (int i = 0; i < nsp; ++i) { d.ls.push_back(2 + i); d.ks.push_back(2 + i); d.os.push_back(2 + i); }
+    return d;
+  }
+  std::vector<std::vector<std::string>> parts;
+  std::string cur;
+  std::vector<std::string> side;
+  for (char c : text) {
+    if (c == '[') { side.clear(); cur.clear(); }
+    else if (c == ',' || c == ']') {
+      std::string t;
+      for (char ch : cur) if (ch != ' ') t += ch;
+      if (!t.empty()) side.push_back(t);
+      cur.clear();
+      if (c == ']') parts.push_back(side);
+    } else cur += c;
+  }
+  if (parts.size() != 3) Fail("convolution: bad dimension numbers " + text);
+  d.ls.assign(nsp, -1); d.ks.assign(nsp, -1); d.os.assign(nsp, -1);
+  for (int s = 0; s < 3; ++s) {
+    for (size_t pos = 0; pos < parts[s].size(); ++pos) {
+      const std::string& r = parts[s][pos];
+      int64_t p = static_cast<int64_t>(pos);
+      if (s == 0) { if (r == "b") d.lb = p; else if (r == "f") d.lf = p; else d.ls[std::stoi(r)] = p; }
+      if (s == 1) { if (r == "o") d.ko = p; else if (r == "i") d.ki = p; else d.ks[std::stoi(r)] = p; }
+      if (s == 2) { if (r == "b") d.ob = p; else if (r == "f") d.of = p; else d.os[std::stoi(r)] = p; }
+    }
+  }
+  return d;
+}
+}  // namespace
+
 Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>& strides,
                   const std::vector<int64_t>& padding, const std::vector<int64_t>& lhs_dilation,
                   const std::vector<int64_t>& rhs_dilation, int64_t feature_groups, int64_t batch_groups,
-                  const Shape& out_shape) {
+                  const std::string& dims) {
+  int nsp = static_cast<int>(strides.size());
+  if (lhs.rank() != nsp + 2 || rhs.rank() != nsp + 2) Fail("convolution: operand ranks do not match the window");
+  ConvDims d = ParseConvDims(dims, nsp);
+  std::vector<int64_t> out(nsp + 2);
+  out[d.ob] = lhs.dims()[d.lb] / batch_groups;
+  out[d.of] = rhs.dims()[d.ko];
+  if (lhs.dims()[d.lf] != rhs.dims()[d.ki] * feature_groups) {
+    Fail("convolution: input has " + std::to_string(lhs.dims()[d.lf]) + " channels, the kernel expects " +
+         std::to_string(rhs.dims()[d.ki] * feature_groups));
+  }
+  for (int i = 0; i < nsp; ++i) {
+    int64_t in = (lhs.dims()[d.ls[i]] - 1) * lhs_dilation[i] + 1 + padding[2 * i] + padding[2 * i + 1];
+    int64_t k = (rhs.dims()[d.ks[i]] - 1) * rhs_dilation[i] + 1;
+    int64_t o = in < k ? 0 : (in - k) / strides[i] + 1;
+    if (in < k) {
+      Fail("Calculated output size is too small: input " + DimsToString(lhs.dims()) + " kernel " +
+           DimsToString(rhs.dims()));
+    }
+    out[d.os[i]] = o;
+  }
   Attrs a;
   a.ints = {strides, padding, lhs_dilation, rhs_dilation, {feature_groups, batch_groups}};
-  return Make(Op::kConvolution, {lhs, rhs}, out_shape, a);
+  a.s = dims;
+  return Make(Op::kConvolution, {lhs, rhs}, Shape(lhs.dtype(), out), a);
+}
+
+std::pair<Value, Value> ArgMaxWindow(const Value& x, const std::vector<int64_t>& window,
+                                     const std::vector<int64_t>& strides, const std::vector<int64_t>& wdil,
+                                     const std::vector<int64_t>& padding, int index_dims) {
+  std::vector<int64_t> dims(x.rank());
+  for (int i = 0; i < x.rank(); ++i) {
+    int64_t in = x.dims()[i] + padding[2 * i] + padding[2 * i + 1];
+    int64_t win = (window[i] - 1) * wdil[i] + 1;
+    dims[i] = in < win ? 0 : (in - win) / strides[i] + 1;
+  }
+  Attrs a;
+  a.ints = {window, strides, wdil, padding, {index_dims}};
+  NodePtr n = MakeMulti(Op::kArgReduceWindow, {x}, {Shape(x.dtype(), dims), Shape(DType::kS64, dims)}, a);
+  return {Value(n, 0), Value(n, 1)};
 }
 
 Value SelectAndScatter(const Value& operand, const Value& source, const Value& init,

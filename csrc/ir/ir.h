@@ -56,7 +56,7 @@ enum class Op : uint16_t {
   kBroadcastInDim, kReshape, kTranspose, kSlice, kConcatenate, kPad, kReverse,
   kDynamicSlice, kDynamicUpdateSlice,
   // reductions and friends
-  kReduce, kArgReduce, kReduceWindow, kSelectAndScatter, kSort, kCumulative,
+  kReduce, kArgReduce, kReduceWindow, kArgReduceWindow, kSelectAndScatter, kSort, kCumulative,
   // linear algebra / indexing
   kDotGeneral, kConvolution, kGather, kScatter,
   // randomness
@@ -170,10 +170,17 @@ Value Scatter(const Value& x, const Value& indices, const Value& updates,
 std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending, bool stable);
 // (new_state, bits) with THREE_FRY; state is u64[2].
 std::pair<Value, Value> RngBitGenerator(const Value& state, const Shape& bits_shape);
+// Convolution; `dims` is StableHLO's dimension-number text, "" for [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1].
+// The output shape is inferred.
 Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>& strides,
                   const std::vector<int64_t>& padding_lo_hi, const std::vector<int64_t>& lhs_dilation,
                   const std::vector<int64_t>& rhs_dilation, int64_t feature_groups, int64_t batch_groups,
-                  const Shape& out_shape);
+                  const std::string& dims = "");
+// Max over windows with the flat (row-major, per trailing `index_dims` dims) index of the max:
+// returns (values, indices[i64]); padding cells never win.
+std::pair<Value, Value> ArgMaxWindow(const Value& x, const std::vector<int64_t>& window,
+                                     const std::vector<int64_t>& strides, const std::vector<int64_t>& window_dilations,
+                                     const std::vector<int64_t>& padding_lo_hi, int index_dims);
 Value SelectAndScatter(const Value& operand, const Value& source, const Value& init,
                        const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
                        const std::vector<int64_t>& padding_lo_hi);

@@ -270,6 +270,7 @@ class Emitter {
         return;
       }
       case Op::kCumulative: EmitCumulative(n); return;
+      case Op::kArgReduceWindow: EmitArgMaxWindow(n); return;
       case Op::kSelectAndScatter: EmitSelectAndScatter(n); return;
       case Op::kSort: EmitSort(n); return;
       case Op::kDotGeneral:
@@ -280,14 +281,17 @@ class Emitter {
         return;
       case Op::kConvolution: {
         int nsp = static_cast<int>(A.ints[0].size());
-        std::string sp;
-        for (int i = 0; i < nsp; ++i) sp += ", " + std::to_string(i);
+        std::string dn = A.s;
+        if (dn.empty()) {
+          std::string sp;
+          for (int i = 0; i < nsp; ++i) sp += ", " + std::to_string(i);
+          dn = "[b, f" + sp + "]x[o, i" + sp + "]->[b, f" + sp + "]";
+        }
         Line(n, "stablehlo.convolution",
-             "batch_group_count = " + std::to_string(A.ints[4][1]) + " : i64, dimension_numbers = #stablehlo.conv<[b, f" +
-                 sp + "]x[o, i" + sp + "]->[b, f" + sp + "]>, feature_group_count = " +
-                 std::to_string(A.ints[4][0]) + " : i64, lhs_dilation = " + I64Array(A.ints[2]) +
-                 ", padding = " + PaddingAttr(A.ints[1]) + ", rhs_dilation = " + I64Array(A.ints[3]) +
-                 ", window_strides = " + I64Array(A.ints[0]));
+             "batch_group_count = " + std::to_string(A.ints[4][1]) + " : i64, dimension_numbers = #stablehlo.conv<" +
+                 dn + ">, feature_group_count = " + std::to_string(A.ints[4][0]) + " : i64, lhs_dilation = " +
+                 I64Array(A.ints[2]) + ", padding = " + PaddingAttr(A.ints[1]) + ", rhs_dilation = " +
+                 I64Array(A.ints[3]) + ", window_strides = " + I64Array(A.ints[0]));
         return;
       }
       case Op::kGather:
@@ -389,6 +393,88 @@ class Emitter {
           << initi << ") (" << rg.str() << ") {dimensions = array<i64: " << dim << ">} : (" << T(x.shape())
           << ", " << T(idx_shape) << ", " << st << ", " << it << ") -> (" << T(n.shapes[0]) << ", "
           << T(n.shapes[1]) << ")\n";
+  }
+
+  // Variadic reduce_window over (values, flat indices): max value, first index on ties.
+  void EmitArgMaxWindow(const Node& n) {
+    const Value& x = n.operands[0];
+    DType t = x.dtype();
+    const auto& A = n.attrs;
+    int rank = x.rank();
+    int idx_dims = static_cast<int>(A.ints[4][0]);
+    Shape idx_shape(DType::kS64, x.dims());
+    // Flat index over the trailing idx_dims dims: sum_i iota_i * stride_i.
+    std::string acc;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= rank - idx_dims; --d) {
+      std::string io = Fresh();
+      body_ << "    " << io << " = \"stablehlo.iota\"() {iota_dimension = " << d << " : i64} : () -> " << T(idx_shape) << "\n";
+      std::string term = io;
+      if (stride != 1) {
+        std::string c = ScalarConst(0, stride, DType::kS64);
+        std::string b = Fresh();
+        body_ << "    " << b << " = \"stablehlo.broadcast_in_dim\"(" << c << ") {broadcast_dimensions = array<i64>} : ("
+              << ScalarT(DType::kS64) << ") -> " << T(idx_shape) << "\n";
+        term = Fresh();
+        body_ << "    " << term << " = \"stablehlo.multiply\"(" << io << ", " << b << ") : (" << T(idx_shape) << ", "
+              << T(idx_shape) << ") -> " << T(idx_shape) << "\n";
+      }
+      if (acc.empty()) {
+        acc = term;
+      } else {
+        std::string sum = Fresh();
+        body_ << "    " << sum << " = \"stablehlo.add\"(" << acc << ", " << term << ") : (" << T(idx_shape) << ", "
+              << T(idx_shape) << ") -> " << T(idx_shape) << "\n";
+        acc = sum;
+      }
+      stride *= x.dims()[d];
+    }
+    std::string initv = InitFor(ir::ReduceKind::kMax, t);
+    std::string initi = ScalarConst(0, -1, DType::kS64);
+    std::string st = ScalarT(t), it = ScalarT(DType::kS64), pt = ScalarT(DType::kPred);
+    auto r = [&]() { return "%r" + std::to_string(next_++); };
+    std::string av = r(), ai = r(), bv = r(), bi = r(), gt = r(), eq = r(), lt = r(), tie = r(), pick = r(), nan = r(),
+                pick2 = r(), binvalid = r(), pick3 = r(), v = r(), i = r(), minus1 = r();
+    const char* ct = CompareType(t);
+    std::ostringstream rg;
+    auto cmp = [&](const std::string& res, const std::string& a, const std::string& b, const char* dir,
+                   const std::string& ty, const char* ctype) {
+      rg << "      " << res << " = \"stablehlo.compare\"(" << a << ", " << b
+         << ") {comparison_direction = #stablehlo<comparison_direction " << dir
+         << ">, compare_type = #stablehlo<comparison_type " << ctype << ">} : (" << ty << ", " << ty << ") -> " << pt << "\n";
+    };
+    rg << "{\n    ^bb0(" << av << ": " << st << ", " << ai << ": " << it << ", " << bv << ": " << st << ", " << bi << ": "
+       << it << "):\n";
+    cmp(gt, av, bv, "GT", st, ct);
+    cmp(eq, av, bv, "EQ", st, ct);
+    cmp(lt, ai, bi, "LT", it, "SIGNED");
+    rg << "      " << minus1 << " = \"stablehlo.constant\"() {value = dense<-1> : " << it << "} : () -> " << it << "\n";
+    cmp(binvalid, bi, minus1, "EQ", it, "SIGNED");
+    rg << "      " << tie << " = \"stablehlo.and\"(" << eq << ", " << lt << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    rg << "      " << pick << " = \"stablehlo.or\"(" << gt << ", " << tie << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    if (ir::IsFloating(t)) {
+      cmp(nan, av, av, "NE", st, ct);
+      rg << "      " << pick2 << " = \"stablehlo.or\"(" << pick << ", " << nan << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    } else {
+      pick2 = pick;
+    }
+    // An invalid (padding/init) b never wins over a real a.
+    std::string ainvalid = r(), notainv = r(), pick_b_inv = r();
+    cmp(ainvalid, ai, minus1, "EQ", it, "SIGNED");
+    rg << "      " << notainv << " = \"stablehlo.not\"(" << ainvalid << ") : (" << pt << ") -> " << pt << "\n";
+    rg << "      " << pick_b_inv << " = \"stablehlo.and\"(" << binvalid << ", " << notainv << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    rg << "      " << pick3 << " = \"stablehlo.or\"(" << pick2 << ", " << pick_b_inv << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    rg << "      " << v << " = \"stablehlo.select\"(" << pick3 << ", " << av << ", " << bv << ") : (" << pt << ", " << st << ", " << st << ") -> " << st << "\n";
+    rg << "      " << i << " = \"stablehlo.select\"(" << pick3 << ", " << ai << ", " << bi << ") : (" << pt << ", " << it << ", " << it << ") -> " << it << "\n";
+    rg << "      \"stablehlo.return\"(" << v << ", " << i << ") : (" << st << ", " << it << ") -> ()\n    }";
+    std::vector<int64_t> ones(rank, 1);
+    std::string res = Fresh();
+    names_[&n] = res;
+    body_ << "    " << res << ":2 = \"stablehlo.reduce_window\"(" << Name(x) << ", " << acc << ", " << initv << ", " << initi
+          << ") (" << rg.str() << ") {base_dilations = " << I64Array(ones) << ", padding = " << PaddingAttr(A.ints[3])
+          << ", window_dilations = " << I64Array(A.ints[2]) << ", window_dimensions = " << I64Array(A.ints[0])
+          << ", window_strides = " << I64Array(A.ints[1]) << "} : (" << T(x.shape()) << ", " << T(idx_shape) << ", "
+          << st << ", " << it << ") -> (" << T(n.shapes[0]) << ", " << T(n.shapes[1]) << ")\n";
   }
 
   void EmitCumulative(const Node& n) {

@@ -12,6 +12,8 @@ const std::vector<OpRow>& OpTable() {
     AddReductionRows(*rows);
     AddNnRows(*rows);
     AddFactoryRows(*rows);
+    AddConvRows(*rows);
+    AddIndexRows(*rows);
     return rows;
   }();
   return *table;

@@ -50,6 +50,10 @@ class OpArgs {
   std::vector<Arg> args;
   int device = 0;
   std::string op_name;
+  // In-place updates of arguments the schema does not mark as written (legacy ops such as
+  // native_batch_norm's running statistics): applied by the bridge after the row runs.
+  std::vector<std::pair<size_t, Value>> writebacks;
+  void WriteBack(size_t arg, Value v) { writebacks.emplace_back(arg, std::move(v)); }
 
   size_t size() const { return args.size(); }
   bool IsNone(size_t k) const { return k >= args.size() || args[k].kind == Arg::kNone; }

@@ -8,4 +8,6 @@ void AddShapeRows(std::vector<OpRow>& rows);
 void AddReductionRows(std::vector<OpRow>& rows);
 void AddNnRows(std::vector<OpRow>& rows);
 void AddFactoryRows(std::vector<OpRow>& rows);
+void AddConvRows(std::vector<OpRow>& rows);
+void AddIndexRows(std::vector<OpRow>& rows);
 }  // namespace txla::ops

@@ -88,7 +88,8 @@ V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mo
     DType ft = FloatOf(t);
     return {TrueDiv(Cast(a.V(0), ft), Cast(other_in, ft))};
   }
-  if (OpMath(t) != t) return {Cast(DivMode(a, other_in, mode, OpMath(t))[0], t)};
+  // Eager rounds the bf16/f16 quotient before trunc, but floors in float32 (div_floor_floating).
+  if (OpMath(t) != t && mode && *mode == "floor") return {Cast(DivMode(a, other_in, mode, OpMath(t))[0], t)};
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
     if (*mode == "trunc") return {Bin(Op::kDiv, x, y)};

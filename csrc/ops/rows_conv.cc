@@ -1,0 +1,455 @@
+// Op table rows: convolution (forward, input and weight gradients, transposed), pooling and
+// batch norm (train and eval, running statistics as eager).
+#include <algorithm>
+#include <numeric>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::CompareDir;
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+std::vector<int64_t> Expand(const std::vector<int64_t>& v, size_t n, int64_t def) {
+  if (v.empty()) return std::vector<int64_t>(n, def);
+  if (v.size() == 1 && n > 1) return std::vector<int64_t>(n, v[0]);
+  return v;
+}
+
+std::string ConvDims(int nsp, const char* lhs, const char* rhs, const char* out) {
+  // lhs/rhs/out name the two non-spatial roles in order, e.g. "b, f" / "o, i" / "b, f".
+  std::string sp;
+  for (int i = 0; i < nsp; ++i) sp += ", " + std::to_string(i);
+  return std::string("[") + lhs + sp + "]x[" + rhs + sp + "]->[" + out + sp + "]";
+}
+
+// [g*A, B, k...] -> [g*B, A, k...] (swap the per-group in/out feature dims of a kernel).
+Value SwapGroupedKernel(const Value& w, int64_t g) {
+  std::vector<int64_t> d = w.dims();
+  int64_t a = d[0] / g, b = d[1];
+  std::vector<int64_t> split{g, a, b};
+  split.insert(split.end(), d.begin() + 2, d.end());
+  Value r = ir::Reshape(w, split);
+  std::vector<int64_t> perm{0, 2, 1};
+  for (size_t i = 3; i < split.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+  r = ir::Transpose(r, perm);
+  std::vector<int64_t> merged{g * b, a};
+  merged.insert(merged.end(), d.begin() + 2, d.end());
+  return ir::Reshape(r, merged);
+}
+
+Value FlipSpatial(const Value& w) {
+  std::vector<int64_t> sp;
+  for (int i = 2; i < w.rank(); ++i) sp.push_back(i);
+  return ir::Reverse(w, sp);
+}
+
+struct ConvParams {
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  int64_t groups;
+  int nsp;
+};
+
+ConvParams ReadConv(const OpArgs& a, size_t first, const Value& weight) {
+  ConvParams p;
+  p.nsp = weight.rank() - 2;
+  p.stride = Expand(a.Ints(first), p.nsp, 1);
+  p.padding = Expand(a.Ints(first + 1), p.nsp, 0);
+  p.dilation = Expand(a.Ints(first + 2), p.nsp, 1);
+  p.output_padding = Expand(a.Ints(first + 4), p.nsp, 0);
+  p.groups = a.Int(first + 5);
+  return p;
+}
+
+Value ConvForward(const Value& x, const Value& w, const ConvParams& p, bool transposed) {
+  std::vector<int64_t> pads, ones(p.nsp, 1);
+  if (!transposed) {
+    for (int i = 0; i < p.nsp; ++i) { pads.push_back(p.padding[i]); pads.push_back(p.padding[i]); }
+    return ir::Convolution(x, w, p.stride, pads, ones, p.dilation, p.groups, 1);
+  }
+  // The input gradient of a convolution: dilate the input by the stride, flip the kernel.
+  for (int i = 0; i < p.nsp; ++i) {
+    int64_t k = p.dilation[i] * (w.dims()[2 + i] - 1);
+    pads.push_back(k - p.padding[i]);
+    pads.push_back(k - p.padding[i] + p.output_padding[i]);
+  }
+  Value k = FlipSpatial(SwapGroupedKernel(w, p.groups));
+  return ir::Convolution(x, k, ones, pads, p.stride, p.dilation, p.groups, 1);
+}
+
+// d(conv(x, w))/dx given dy.
+Value ConvInputGrad(const Value& dy, const Value& x, const Value& w, const ConvParams& p) {
+  std::vector<int64_t> pads, ones(p.nsp, 1);
+  for (int i = 0; i < p.nsp; ++i) {
+    int64_t k = p.dilation[i] * (w.dims()[2 + i] - 1);
+    int64_t in = x.dims()[2 + i];
+    int64_t r = (in + 2 * p.padding[i] - k - 1) % p.stride[i];
+    pads.push_back(k - p.padding[i]);
+    pads.push_back(k - p.padding[i] + r);
+  }
+  Value kern = FlipSpatial(SwapGroupedKernel(w, p.groups));
+  return ir::Convolution(dy, kern, ones, pads, p.stride, p.dilation, p.groups, 1);
+}
+
+// d(conv(x, w))/dw given dy: correlate x (channels as batch) with dy.
+Value ConvWeightGrad(const Value& dy, const Value& x, const std::vector<int64_t>& kernel_spatial, const ConvParams& p) {
+  std::vector<int64_t> pads;
+  for (int i = 0; i < p.nsp; ++i) {
+    int64_t in = x.dims()[2 + i], out = dy.dims()[2 + i], k = kernel_spatial[i];
+    pads.push_back(p.padding[i]);
+    pads.push_back((k - 1) * p.dilation[i] + (out - 1) * p.stride[i] + 1 - in - p.padding[i]);
+  }
+  Value r = ir::Convolution(x, dy, p.dilation, pads, std::vector<int64_t>(p.nsp, 1), p.stride, 1, p.groups,
+                            ConvDims(p.nsp, "f, b", "i, o", "f, b"));
+  return r;
+}
+
+std::vector<int64_t> SpatialOf(const Value& v) { return std::vector<int64_t>(v.dims().begin() + 2, v.dims().end()); }
+
+Value SumAllBut(const Value& x, int64_t keep) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i < x.rank(); ++i) if (i != keep) dims.push_back(i);
+  return ir::Reduce(ir::ReduceKind::kSum, x, dims);
+}
+
+// ---- pooling helpers (the last `nsp` dims are spatial).
+struct PoolGeom {
+  std::vector<int64_t> window, strides, dilation, padding;  // full rank
+  std::vector<int64_t> out;                                 // spatial output sizes
+};
+
+PoolGeom Pool(const Value& x, int nsp, std::vector<int64_t> k, std::vector<int64_t> s, std::vector<int64_t> p,
+              std::vector<int64_t> d, bool ceil_mode) {
+  k = Expand(k, nsp, 1);
+  s = s.empty() ? k : Expand(s, nsp, 1);
+  p = Expand(p, nsp, 0);
+  d = Expand(d, nsp, 1);
+  int lead = x.rank() - nsp;
+  PoolGeom g;
+  g.window.assign(lead, 1);
+  g.strides.assign(lead, 1);
+  g.dilation.assign(lead, 1);
+  g.padding.assign(2 * lead, 0);
+  for (int i = 0; i < nsp; ++i) {
+    int64_t in = x.dims()[lead + i], span = d[i] * (k[i] - 1) + 1;
+    if (p[i] * 2 > k[i]) throw ir::ShapeError("pad should be at most half of effective kernel size");
+    int64_t num = in + 2 * p[i] - span;
+    int64_t o = (ceil_mode ? (num + s[i] - 1) / s[i] : num / s[i]) + 1;
+    if (ceil_mode && (o - 1) * s[i] >= in + p[i]) --o;
+    if (o <= 0) throw ir::ShapeError("Output size is too small");
+    g.out.push_back(o);
+    g.window.push_back(k[i]);
+    g.strides.push_back(s[i]);
+    g.dilation.push_back(d[i]);
+    g.padding.push_back(p[i]);
+    g.padding.push_back(std::max<int64_t>(0, (o - 1) * s[i] + span - in - p[i]));
+  }
+  return g;
+}
+
+// Windows' divisor for avg pooling, shape = spatial output, broadcast later.
+Value AvgDivisor(const Value& x, const PoolGeom& g, int nsp, bool count_include_pad, std::optional<int64_t> override_,
+                 DType t) {
+  std::vector<int64_t> out = g.out;
+  if (override_) return ir::Full(static_cast<double>(*override_), ir::Shape(t, out));
+  int lead = x.rank() - nsp;
+  std::vector<int64_t> sp(x.dims().begin() + lead, x.dims().end());
+  std::vector<int64_t> win(g.window.begin() + lead, g.window.end()), str(g.strides.begin() + lead, g.strides.end());
+  std::vector<int64_t> pad(g.padding.begin() + 2 * lead, g.padding.end()), ones(nsp, 1);
+  Value base;
+  if (count_include_pad) {
+    // Padding cells count, cells beyond the padding (ceil_mode) do not.
+    std::vector<int64_t> padded = sp, hi_extra;
+    for (int i = 0; i < nsp; ++i) padded[i] += 2 * pad[2 * i];
+    base = ir::Full(1, ir::Shape(t, padded));
+    std::vector<int64_t> pp;
+    for (int i = 0; i < nsp; ++i) { pp.push_back(0); pp.push_back(pad[2 * i + 1] - pad[2 * i]); }
+    return ir::ReduceWindow(ir::ReduceKind::kSum, base, ir::Constant(0, t), win, str, ones, ones, pp);
+  }
+  base = ir::Full(1, ir::Shape(t, sp));
+  return ir::ReduceWindow(ir::ReduceKind::kSum, base, ir::Constant(0, t), win, str, ones, ones, pad);
+}
+
+// [O, I] averaging matrix of adaptive pooling: row o averages [floor(o*I/O), ceil((o+1)*I/O)).
+Value AdaptiveMatrix(int64_t out, int64_t in, DType t) {
+  ir::Shape is(DType::kS64, {out, in});
+  Value o = ir::Iota(is, 0), h = ir::Iota(is, 1);
+  auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), is); };
+  Value start = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, o, C(in)), C(out));
+  Value end = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, C(1)), C(in)), C(out - 1)), C(out));
+  Value mask = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGE, h, start), ir::Compare(CompareDir::kLT, h, end));
+  Value inv = ir::Binary(Op::kDiv, ir::Full(1, ir::Shape(t, {out, in})), ir::Convert(ir::Binary(Op::kSub, end, start), t));
+  return ir::Select(mask, inv, ir::Full(0, ir::Shape(t, {out, in})));
+}
+
+// x[..., H, W] -> A_h x A_w^T over the last two dims.
+Value ApplyAdaptive(const Value& x, const Value& ah, const Value& aw) {
+  int r = x.rank();
+  Value y = ir::DotGeneral(x, aw, {}, {}, {r - 1}, {1}, x.dtype());  // [..., H, Wo]
+  Value z = ir::DotGeneral(ah, y, {}, {}, {1}, {r - 2}, x.dtype());  // [Ho, ..., Wo]
+  std::vector<int64_t> perm;
+  for (int i = 1; i < r - 1; ++i) perm.push_back(i);
+  perm.push_back(0);
+  perm.push_back(r - 1);
+  return ir::Transpose(z, perm);
+}
+
+// ---- batch norm
+Value PerChannel(const Value& v, const Value& like) { return ir::BroadcastInDim(v, like.dims(), {1}); }
+
+std::vector<int64_t> NonChannelDims(const Value& x) {
+  std::vector<int64_t> d;
+  for (int i = 0; i < x.rank(); ++i) if (i != 1) d.push_back(i);
+  return d;
+}
+
+DType AccType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+struct BnOut { Value out, mean, invstd, rm, rv; };
+
+BnOut BatchNorm(const Value& x, std::optional<Value> w, std::optional<Value> b, std::optional<Value> rm,
+                std::optional<Value> rv, bool training, double momentum, double eps) {
+  DType ct = AccType(x.dtype());
+  Value xc = Cast(x, ct);
+  auto dims = NonChannelDims(x);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.dims()[d];
+  int64_t c = x.dims()[1];
+  BnOut r;
+  Value mean, invstd;
+  if (training) {
+    mean = ir::Binary(Op::kDiv, ir::Reduce(ir::ReduceKind::kSum, xc, dims), ir::Full(static_cast<double>(n), ir::Shape(ct, {c})));
+    Value cen = ir::Binary(Op::kSub, xc, PerChannel(mean, xc));
+    Value var = ir::Binary(Op::kDiv, ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, cen, cen), dims),
+                           ir::Full(static_cast<double>(n), ir::Shape(ct, {c})));
+    invstd = ir::Unary(Op::kRsqrt, ir::Binary(Op::kAdd, var, ir::Full(eps, var.shape())));
+    if (rm) {
+      Value m = ir::Full(momentum, ir::Shape(ct, {c})), one_m = ir::Full(1 - momentum, ir::Shape(ct, {c}));
+      r.rm = Cast(ir::Binary(Op::kAdd, ir::Binary(Op::kMul, one_m, Cast(*rm, ct)), ir::Binary(Op::kMul, m, mean)), rm->dtype());
+      Value unbiased = ir::Binary(Op::kMul, var, ir::Full(static_cast<double>(n) / std::max<int64_t>(n - 1, 1), var.shape()));
+      r.rv = Cast(ir::Binary(Op::kAdd, ir::Binary(Op::kMul, one_m, Cast(*rv, ct)), ir::Binary(Op::kMul, m, unbiased)), rv->dtype());
+    }
+    r.mean = mean;
+    r.invstd = invstd;
+  } else {
+    mean = Cast(*rm, ct);
+    invstd = ir::Unary(Op::kRsqrt, ir::Binary(Op::kAdd, Cast(*rv, ct), ir::Full(eps, ir::Shape(ct, {c}))));
+    r.mean = ir::Full(0, ir::Shape(ct, {0}));
+    r.invstd = ir::Full(0, ir::Shape(ct, {0}));
+    r.rm = *rm;
+    r.rv = *rv;
+  }
+  Value y = ir::Binary(Op::kMul, ir::Binary(Op::kSub, xc, PerChannel(mean, xc)), PerChannel(invstd, xc));
+  if (w) y = ir::Binary(Op::kMul, y, PerChannel(Cast(*w, ct), xc));
+  if (b) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*b, ct), xc));
+  r.out = Cast(y, x.dtype());
+  return r;
+}
+
+V BatchNormBackward(const Value& g_in, const Value& x, std::optional<Value> w, std::optional<Value> rm,
+                    std::optional<Value> rv, std::optional<Value> save_mean, std::optional<Value> save_invstd,
+                    bool train, double eps, const std::vector<int64_t>& mask) {
+  DType ct = AccType(x.dtype());
+  Value g = Cast(g_in, ct), xc = Cast(x, ct);
+  auto dims = NonChannelDims(x);
+  int64_t n = 1, c = x.dims()[1];
+  for (int64_t d : dims) n *= x.dims()[d];
+  Value mean, invstd;
+  if (train) {
+    mean = Cast(*save_mean, ct);
+    invstd = Cast(*save_invstd, ct);
+  } else {
+    mean = Cast(*rm, ct);
+    invstd = ir::Unary(Op::kRsqrt, ir::Binary(Op::kAdd, Cast(*rv, ct), ir::Full(eps, ir::Shape(ct, {c}))));
+  }
+  Value xhat = ir::Binary(Op::kMul, ir::Binary(Op::kSub, xc, PerChannel(mean, xc)), PerChannel(invstd, xc));
+  Value sum_g = ir::Reduce(ir::ReduceKind::kSum, g, dims);
+  Value sum_gx = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, g, xhat), dims);
+  Value wv = w ? Cast(*w, ct) : ir::Full(1, ir::Shape(ct, {c}));
+  V out(3);
+  if (mask.size() > 0 && mask[0]) {
+    Value scale = ir::Binary(Op::kMul, wv, invstd);  // [C]
+    Value dx;
+    if (train) {
+      Value nf = ir::Full(static_cast<double>(n), ir::Shape(ct, {c}));
+      Value t1 = ir::Binary(Op::kMul, g, ir::Full(static_cast<double>(n), g.shape()));
+      Value t2 = ir::Binary(Op::kSub, t1, PerChannel(sum_g, g));
+      Value t3 = ir::Binary(Op::kSub, t2, ir::Binary(Op::kMul, xhat, PerChannel(sum_gx, g)));
+      dx = ir::Binary(Op::kMul, t3, PerChannel(ir::Binary(Op::kDiv, scale, nf), g));
+    } else {
+      dx = ir::Binary(Op::kMul, g, PerChannel(scale, g));
+    }
+    out[0] = Cast(dx, x.dtype());
+  }
+  DType wt = w ? w->dtype() : x.dtype();
+  if (mask.size() > 1 && mask[1]) out[1] = Cast(sum_gx, wt);
+  if (mask.size() > 2 && mask[2]) out[2] = Cast(sum_g, wt);
+  return out;
+}
+
+std::vector<int64_t> Mask(const OpArgs& a, size_t k) {
+  if (a.IsNone(k)) return {1, 1, 1};
+  return a.Ints(k);
+}
+
+}  // namespace
+
+void AddConvRows(std::vector<OpRow>& rows) {
+  rows.push_back({"convolution_overrideable", [](OpArgs& a) -> V {
+    Value x = a.V(0), w = a.V(1);
+    auto bias = a.OptV(2);
+    ConvParams p = ReadConv(a, 3, w);
+    bool transposed = a.Bool(6);
+    if (x.dtype() != w.dtype()) {
+      a.Fail("Input type (" + std::string(ir::DTypeName(x.dtype())) + ") and weight type (" +
+             ir::DTypeName(w.dtype()) + ") should be the same");
+    }
+    Value y = ConvForward(x, w, p, transposed);
+    if (bias) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*bias, y.dtype()), y));
+    return {y};
+  }});
+  rows.push_back({"convolution_backward_overrideable", [](OpArgs& a) -> V {
+    Value dy = a.V(0), x = a.V(1), w = a.V(2);
+    ConvParams p = ReadConv(a, 3, w);
+    bool transposed = a.Bool(6);
+    auto mask = Mask(a, 9);
+    V out(3);
+    if (!transposed) {
+      if (mask[0]) out[0] = ConvInputGrad(dy, x, w, p);
+      if (mask[1]) out[1] = ConvWeightGrad(dy, x, SpatialOf(w), p);
+    } else {
+      // y = conv_transpose(x, w): dx = conv(dy, w); dw correlates dy (as input) with x.
+      std::vector<int64_t> pads, ones(p.nsp, 1);
+      for (int i = 0; i < p.nsp; ++i) { pads.push_back(p.padding[i]); pads.push_back(p.padding[i]); }
+      if (mask[0]) out[0] = ir::Convolution(dy, w, p.stride, pads, ones, p.dilation, p.groups, 1);
+      if (mask[1]) out[1] = ConvWeightGrad(x, dy, SpatialOf(w), p);
+    }
+    if (mask[2]) out[2] = SumAllBut(dy, 1);
+    return out;
+  }});
+
+  rows.push_back({"max_pool2d_with_indices", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    PoolGeom g = Pool(x, 2, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));
+    auto [vals, idx] = ir::ArgMaxWindow(x, g.window, g.strides, g.dilation, g.padding, 2);
+    return {vals, idx};
+  }});
+  rows.push_back({"max_pool2d_with_indices_backward", [](OpArgs& a) -> V {
+    Value dy = a.V(0), x = a.V(1), idx = a.V(7);
+    int r = x.rank();
+    int64_t planes = 1;
+    for (int i = 0; i < r - 2; ++i) planes *= x.dims()[i];
+    int64_t hw = x.dims()[r - 2] * x.dims()[r - 1];
+    int64_t m = dy.shape().numel() / std::max<int64_t>(planes, 1);
+    ir::Shape is(DType::kS64, {planes, m});
+    Value rows_ = ir::Iota(is, 0);
+    Value cols = Cast(ir::Reshape(idx, {planes, m}), DType::kS64);
+    Value both = ir::Concatenate({ir::Reshape(rows_, {planes * m, 1}), ir::Reshape(cols, {planes * m, 1})}, 1);
+    Value upd = ir::Reshape(dy, {planes * m});
+    Value zeros = ir::Full(0, ir::Shape(dy.dtype(), {planes, hw}));
+    Value g = ir::Scatter(zeros, both, upd, {}, {0, 1}, {0, 1}, 1, 1);
+    return {ir::Reshape(g, x.dims())};
+  }});
+  rows.push_back({"avg_pool2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    PoolGeom g = Pool(x, 2, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
+    DType ct = AccType(x.dtype());
+    Value xc = Cast(x, ct);
+    std::vector<int64_t> ones(x.rank(), 1);
+    Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, xc, ir::Constant(0, ct), g.window, g.strides, ones, ones, g.padding);
+    Value div = AvgDivisor(x, g, 2, a.Bool(5), a.OptInt(6), ct);
+    std::vector<int64_t> bd{x.rank() - 2, x.rank() - 1};
+    return {Cast(ir::Binary(Op::kDiv, sums, ir::BroadcastInDim(div, sums.dims(), bd)), x.dtype())};
+  }});
+  rows.push_back({"avg_pool2d_backward", [](OpArgs& a) -> V {
+    Value dy = a.V(0), x = a.V(1);
+    PoolGeom g = Pool(x, 2, a.Ints(2), a.Ints(3), a.Ints(4), {}, a.Bool(5));
+    DType ct = AccType(x.dtype());
+    Value div = AvgDivisor(x, g, 2, a.Bool(6), a.OptInt(7), ct);
+    int r = x.rank();
+    Value gd = ir::Binary(Op::kDiv, Cast(dy, ct), ir::BroadcastInDim(div, dy.dims(), {r - 2, r - 1}));
+    // Spread each window's share back: dilate by the stride, slide a window of the kernel size.
+    std::vector<int64_t> base(r, 1), ones(r, 1), pad(2 * r, 0);
+    std::vector<int64_t> limit = x.dims(), start(r, 0), strides1(r, 1);
+    bool need_slice = false;
+    for (int i = r - 2; i < r; ++i) {
+      int64_t k = g.window[i], s = g.strides[i], p = g.padding[2 * i];
+      int64_t hd = (dy.dims()[i] - 1) * s + 1;
+      int64_t lo = k - 1 - p;
+      int64_t hi = x.dims()[i] - hd - lo + k - 1;
+      base[i] = s;
+      if (lo < 0) { start[i] = -lo; lo = 0; need_slice = true; }
+      if (hi < 0) { hi = 0; need_slice = true; }
+      pad[2 * i] = lo;
+      pad[2 * i + 1] = hi;
+    }
+    Value gin = ir::ReduceWindow(ir::ReduceKind::kSum, gd, ir::Constant(0, ct), g.window, strides1, base, ones, pad);
+    if (need_slice) {
+      for (int i = r - 2; i < r; ++i) limit[i] = start[i] + x.dims()[i];
+      gin = ir::Slice(gin, start, limit, strides1);
+    }
+    return {Cast(gin, x.dtype())};
+  }});
+  rows.push_back({"_adaptive_avg_pool2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    auto os = Expand(a.Ints(1), 2, 1);
+    int r = x.rank();
+    DType ct = AccType(x.dtype());
+    Value ah = AdaptiveMatrix(os[0], x.dims()[r - 2], ct), aw = AdaptiveMatrix(os[1], x.dims()[r - 1], ct);
+    return {Cast(ApplyAdaptive(Cast(x, ct), ah, aw), x.dtype())};
+  }});
+  rows.push_back({"_adaptive_avg_pool2d_backward", [](OpArgs& a) -> V {
+    Value dy = a.V(0), x = a.V(1);
+    int r = x.rank();
+    DType ct = AccType(x.dtype());
+    Value ah = AdaptiveMatrix(dy.dims()[r - 2], x.dims()[r - 2], ct);
+    Value aw = AdaptiveMatrix(dy.dims()[r - 1], x.dims()[r - 1], ct);
+    Value aht = ir::Transpose(ah, {1, 0}), awt = ir::Transpose(aw, {1, 0});
+    return {Cast(ApplyAdaptive(Cast(dy, ct), aht, awt), x.dtype())};
+  }});
+
+  rows.push_back({"_native_batch_norm_legit_functional", [](OpArgs& a) -> V {
+    BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), a.OptV(3), a.OptV(4), a.Bool(5), a.Double(6), a.Double(7));
+    return {r.out, r.mean, r.invstd, r.rm, r.rv};
+  }});
+  rows.push_back({"_native_batch_norm_legit.no_stats", [](OpArgs& a) -> V {
+    BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), std::nullopt, std::nullopt, true, a.Double(4), a.Double(5));
+    return {r.out, r.mean, r.invstd};
+  }});
+  rows.push_back({"_native_batch_norm_legit_no_training", [](OpArgs& a) -> V {
+    BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), a.OptV(3), a.OptV(4), false, a.Double(5), a.Double(6));
+    return {r.out, r.mean, r.invstd};
+  }});
+  rows.push_back({"native_batch_norm", [](OpArgs& a) -> V {
+    bool training = a.Bool(5);
+    auto rm = a.OptV(3), rv = a.OptV(4);
+    BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), rm, rv, training || !rm, a.Double(6), a.Double(7));
+    if (training && rm) {  // eager updates the running statistics in place
+      a.WriteBack(3, r.rm);
+      a.WriteBack(4, r.rv);
+    }
+    return {r.out, r.mean, r.invstd};
+  }});
+  rows.push_back({"_batch_norm_with_update_functional", [](OpArgs& a) -> V {
+    BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), a.OptV(3), a.OptV(4), true, a.Double(5), a.Double(6));
+    return {r.out, r.mean, r.invstd, ir::Full(0, ir::Shape(DType::kU8, {0})), r.rm, r.rv};
+  }});
+  rows.push_back({"_batch_norm_no_update", [](OpArgs& a) -> V {
+    auto rm = a.OptV(3), rv = a.OptV(4);
+    BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), rm, rv, !rm, a.Double(5), a.Double(6));
+    return {r.out, r.mean, r.invstd, ir::Full(0, ir::Shape(DType::kU8, {0}))};
+  }});
+  rows.push_back({"native_batch_norm_backward", [](OpArgs& a) -> V {
+    return BatchNormBackward(a.V(0), a.V(1), a.OptV(2), a.OptV(3), a.OptV(4), a.OptV(5), a.OptV(6), a.Bool(7),
+                             a.Double(8), Mask(a, 9));
+  }});
+  rows.push_back({"batch_norm_backward", [](OpArgs& a) -> V {
+    return BatchNormBackward(a.V(0), a.V(1), a.OptV(2), a.OptV(3), a.OptV(4), a.OptV(5), a.OptV(6), a.Bool(7),
+                             a.Double(8), Mask(a, 9));
+  }});
+}
+
+}  // namespace txla::ops

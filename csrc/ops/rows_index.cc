@@ -1,0 +1,662 @@
+// Op table rows: triangles, norms and moments, gather/scatter and advanced indexing, sorting,
+// padding, resampling and assorted elementwise ops used by common models.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::CompareDir;
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+std::vector<int64_t> AllDims(int rank) {
+  std::vector<int64_t> d(rank);
+  std::iota(d.begin(), d.end(), 0);
+  return d;
+}
+
+Value Triangle(const Value& x, int64_t diag, bool lower) {
+  int r = x.rank();
+  if (r < 2) throw ir::ShapeError("tril/triu: input tensor must have at least 2 dimensions");
+  ir::Shape is(DType::kS64, {x.dims()[r - 2], x.dims()[r - 1]});
+  Value i = ir::Iota(is, 0), j = ir::Iota(is, 1);
+  Value jd = ir::Binary(Op::kSub, j, ir::Full(static_cast<double>(diag), is));
+  Value keep = ir::Compare(lower ? CompareDir::kLE : CompareDir::kGE, jd, i);
+  Value kb = ir::BroadcastInDim(keep, x.dims(), {r - 2, r - 1});
+  return ir::Select(kb, x, ir::Full(0, x.shape()));
+}
+
+// Index tensor for gather/scatter along `dim`: [numel, rank] coordinates where coordinate `dim`
+// comes from `index` and the others from the positions.
+Value FullCoordinates(const Value& index, int64_t dim) {
+  int r = index.rank();
+  int64_t n = index.shape().numel();
+  std::vector<Value> cols;
+  ir::Shape is(DType::kS64, index.dims());
+  for (int d = 0; d < r; ++d) {
+    Value c = d == dim ? Cast(index, DType::kS64) : ir::Iota(is, d);
+    cols.push_back(ir::Reshape(c, {n, 1}));
+  }
+  return ir::Concatenate(cols, 1);
+}
+
+Value GatherDim(const Value& x, int64_t dim, const Value& index) {
+  if (index.rank() != x.rank() && !(x.rank() == 0 && index.rank() <= 1)) {
+    throw ir::ShapeError("Index tensor must have the same number of dimensions as input tensor");
+  }
+  if (x.rank() == 0) return ir::Reshape(x, index.dims());
+  int r = x.rank();
+  int64_t n = index.shape().numel();
+  Value coords = FullCoordinates(index, dim);
+  std::vector<int64_t> ones(r, 1);
+  Value g = ir::Gather(x, coords, {}, AllDims(r), AllDims(r), 1, ones);
+  return ir::Reshape(g, index.dims().empty() ? std::vector<int64_t>{} : index.dims());
+  (void)n;
+}
+
+Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add) {
+  int r = self.rank();
+  if (index.shape().numel() == 0) return self;
+  int64_t n = index.shape().numel();
+  Value coords = FullCoordinates(index, dim);
+  // src may be larger than index: take the index-shaped corner.
+  Value s = src;
+  if (s.dims() != index.dims()) {
+    std::vector<int64_t> st(r, 0), lim = index.dims(), str(r, 1);
+    s = ir::Slice(s, st, lim, str);
+  }
+  Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
+  return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, add ? 1 : 0);
+}
+
+// Advanced indexing: self[indices...] with index tensors (None = full slice). Returns the
+// gathered value; the result layout follows eager: broadcast index dims replace the indexed dims
+// when those are adjacent, else go first.
+struct IndexPlan {
+  std::vector<int64_t> indexed;  // dims with an index tensor
+  std::vector<Value> idx;        // broadcast, i64, normalized (negatives wrapped)
+  std::vector<int64_t> bshape;   // broadcast index shape
+  bool adjacent = true;
+};
+
+IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices) {
+  IndexPlan p;
+  std::vector<int64_t> shape;
+  // Bool masks are not static-shape: the bridge sends those to the fallback (see RowKernel).
+  for (size_t d = 0; d < indices.size(); ++d) {
+    if (!indices[d].defined()) continue;
+    p.indexed.push_back(static_cast<int64_t>(d));
+    shape = shape.empty() && p.idx.empty() ? indices[d].v.dims() : BroadcastShapes(shape, indices[d].v.dims());
+    p.idx.push_back(indices[d].v);
+  }
+  if (p.indexed.empty()) throw ir::ShapeError("index: no index tensors");
+  for (size_t k = 1; k < p.indexed.size(); ++k) p.adjacent &= p.indexed[k] == p.indexed[k - 1] + 1;
+  p.bshape = shape;
+  for (size_t k = 0; k < p.idx.size(); ++k) {
+    Value i = Cast(BroadcastTo(p.idx[k], shape), DType::kS64);
+    int64_t n = self.dims()[p.indexed[k]];
+    Value neg = ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape()));
+    p.idx[k] = ir::Select(neg, ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
+  }
+  return p;
+}
+
+Value IndexGather(const Value& self, const IndexPlan& p) {
+  int r = self.rank();
+  int64_t m = 1;
+  for (auto d : p.bshape) m *= d;
+  std::vector<Value> cols;
+  for (auto& i : p.idx) cols.push_back(ir::Reshape(i, {m, 1}));
+  Value coords = ir::Concatenate(cols, 1);  // [m, k]
+  std::vector<int64_t> slice = self.dims(), offset_dims, rest;
+  for (int64_t d : p.indexed) slice[d] = 1;
+  for (int d = 0; d < r; ++d) {
+    if (std::find(p.indexed.begin(), p.indexed.end(), d) == p.indexed.end()) rest.push_back(d);
+  }
+  for (size_t k = 0; k < rest.size(); ++k) offset_dims.push_back(static_cast<int64_t>(k) + 1);
+  Value g = ir::Gather(self, coords, offset_dims, p.indexed, p.indexed, 1, slice);  // [m, rest...]
+  std::vector<int64_t> out = p.bshape;
+  for (int64_t d : rest) out.push_back(self.dims()[d]);
+  Value res = ir::Reshape(g, out);  // [bshape..., rest...]
+  if (!p.adjacent || p.indexed.front() == 0) return res;
+  // Move the index dims to where the indexed dims were.
+  int64_t before = p.indexed.front();
+  int nb = static_cast<int>(p.bshape.size());
+  std::vector<int64_t> perm;
+  for (int64_t k = 0; k < before; ++k) perm.push_back(nb + k);
+  for (int k = 0; k < nb; ++k) perm.push_back(k);
+  for (size_t k = before; k < rest.size(); ++k) perm.push_back(nb + static_cast<int64_t>(k));
+  return ir::Transpose(res, perm);
+}
+
+Value IndexPut(const Value& self, const IndexPlan& p, const Value& values, bool accumulate) {
+  int r = self.rank();
+  int64_t m = 1;
+  for (auto d : p.bshape) m *= d;
+  std::vector<Value> cols;
+  for (auto& i : p.idx) cols.push_back(ir::Reshape(i, {m, 1}));
+  Value coords = ir::Concatenate(cols, 1);
+  std::vector<int64_t> rest;
+  for (int d = 0; d < r; ++d) {
+    if (std::find(p.indexed.begin(), p.indexed.end(), d) == p.indexed.end()) rest.push_back(d);
+  }
+  // Updates laid out as [m, rest...]: broadcast values to the indexing result shape first.
+  std::vector<int64_t> res_shape = p.bshape;
+  for (int64_t d : rest) res_shape.push_back(self.dims()[d]);
+  Value v = Cast(values, self.dtype());
+  if (p.adjacent && p.indexed.front() != 0) {
+    // Result layout has index dims in place: broadcast in that layout, then move them first.
+    std::vector<int64_t> inplace;
+    int64_t before = p.indexed.front();
+    for (int64_t k = 0; k < before; ++k) inplace.push_back(self.dims()[rest[k]]);
+    for (auto d : p.bshape) inplace.push_back(d);
+    for (size_t k = before; k < rest.size(); ++k) inplace.push_back(self.dims()[rest[k]]);
+    v = BroadcastTo(v, inplace);
+    int nb = static_cast<int>(p.bshape.size());
+    std::vector<int64_t> perm;
+    for (int k = 0; k < nb; ++k) perm.push_back(before + k);
+    for (int64_t k = 0; k < before; ++k) perm.push_back(k);
+    for (size_t k = before; k < rest.size(); ++k) perm.push_back(nb + static_cast<int64_t>(k));
+    v = ir::Transpose(v, perm);
+  } else {
+    v = BroadcastTo(v, res_shape);
+  }
+  std::vector<int64_t> upd_shape{m};
+  for (int64_t d : rest) upd_shape.push_back(self.dims()[d]);
+  Value upd = ir::Reshape(v, upd_shape);
+  std::vector<int64_t> window_dims;
+  for (size_t k = 0; k < rest.size(); ++k) window_dims.push_back(static_cast<int64_t>(k) + 1);
+  return ir::Scatter(self, coords, upd, window_dims, p.indexed, p.indexed, 1, accumulate ? 1 : 0);
+}
+
+Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, double correction, bool keepdim) {
+  DType t = FloatOf(x.dtype());
+  Value xc = Cast(x, t);
+  std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.dims()[d];
+  Value mean = KeepDims(ir::Reduce(ir::ReduceKind::kSum, xc, dims), x.dims(), dims);
+  mean = ir::Binary(Op::kDiv, mean, ir::Full(static_cast<double>(n), mean.shape()));
+  Value c = Bin(Op::kSub, xc, mean);
+  Value ss = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, c, c), dims);
+  Value v = ir::Binary(Op::kDiv, ss, ir::Full(std::max(0.0, static_cast<double>(n) - correction), ss.shape()));
+  return keepdim ? KeepDims(v, x.dims(), dims) : v;
+}
+
+Value PadConstant(const Value& x, const std::vector<int64_t>& pad, const Value& value) {
+  int r = x.rank();
+  std::vector<int64_t> lo(r, 0), hi(r, 0), in(r, 0);
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    int d = r - 1 - static_cast<int>(k);
+    lo[d] = pad[2 * k];
+    hi[d] = pad[2 * k + 1];
+  }
+  // Negative padding crops.
+  std::vector<int64_t> st(r, 0), lim = x.dims(), str(r, 1);
+  bool crop = false;
+  for (int d = 0; d < r; ++d) {
+    if (lo[d] < 0) { st[d] = -lo[d]; lo[d] = 0; crop = true; }
+    if (hi[d] < 0) { lim[d] += hi[d]; hi[d] = 0; crop = true; }
+  }
+  Value y = crop ? ir::Slice(x, st, lim, str) : x;
+  return ir::Pad(y, value, lo, hi, in);
+}
+
+// Reflect/replicate padding of the last pad.size()/2 dims via gathers of computed indices.
+Value PadIndexed(const Value& x, const std::vector<int64_t>& pad, bool reflect) {
+  Value y = x;
+  int r = x.rank();
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    int d = r - 1 - static_cast<int>(k);
+    int64_t n = y.dims()[d], lo = pad[2 * k], hi = pad[2 * k + 1];
+    if (reflect && (lo >= n || hi >= n)) {
+      throw ir::ShapeError("Argument #4: Padding size should be less than the corresponding input dimension");
+    }
+    int64_t out = n + lo + hi;
+    ir::Shape is(DType::kS64, {out});
+    Value i = ir::Binary(Op::kSub, ir::Iota(is, 0), ir::Full(static_cast<double>(lo), is));
+    Value idx;
+    if (reflect) {
+      // |i| then mirror past n-1: j = (n-1) - |(n-1) - |i||
+      Value ai = ir::Unary(Op::kAbs, i);
+      Value m = ir::Full(static_cast<double>(n - 1), is);
+      idx = ir::Binary(Op::kSub, m, ir::Unary(Op::kAbs, ir::Binary(Op::kSub, m, ai)));
+    } else {
+      idx = ir::Clamp(ir::Full(0, is), i, ir::Full(static_cast<double>(n - 1), is));
+    }
+    std::vector<int64_t> sizes = y.dims();
+    sizes[d] = 1;
+    std::vector<int64_t> offset;
+    for (int q = 0; q < r; ++q) if (q != d) offset.push_back(q);
+    y = ir::Gather(y, ir::Reshape(idx, {out, 1}), offset, {d}, {d}, 1, sizes);
+  }
+  return y;
+}
+
+// Source index per output position for nearest upsampling (PyTorch's "nearest": floor(o * scale)).
+Value NearestIndex(int64_t out, int64_t in, std::optional<double> scale) {
+  double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
+  ir::Shape fs(DType::kF32, {out});
+  Value o = ir::Iota(fs, 0);
+  Value src = ir::Unary(Op::kFloor, ir::Binary(Op::kMul, o, ir::Full(s, fs)));
+  Value i = ir::Convert(src, DType::kS64);
+  return ir::Clamp(ir::Full(0, i.shape()), i, ir::Full(static_cast<double>(in - 1), i.shape()));
+}
+
+// [out, in] interpolation matrix for linear resampling along one dim.
+Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+  ir::Shape fs(DType::kF32, {out});
+  Value o = ir::Iota(fs, 0);
+  Value src;
+  if (align_corners) {
+    double s = out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
+    src = ir::Binary(Op::kMul, o, ir::Full(s, fs));
+  } else {
+    double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
+    src = ir::Binary(Op::kSub, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, ir::Full(0.5, fs)), ir::Full(s, fs)),
+                     ir::Full(0.5, fs));
+    src = ir::Binary(Op::kMax, src, ir::Full(0, fs));
+  }
+  Value i0f = ir::Unary(Op::kFloor, src);
+  Value i0 = ir::Binary(Op::kMin, ir::Convert(i0f, DType::kS64), ir::Full(static_cast<double>(in - 1), ir::Shape(DType::kS64, {out})));
+  Value i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, i0, ir::Full(1, i0.shape())), ir::Full(static_cast<double>(in - 1), i0.shape()));
+  Value l1 = ir::Binary(Op::kSub, src, ir::Convert(i0, DType::kF32));
+  Value l0 = ir::Binary(Op::kSub, ir::Full(1, fs), l1);
+  ir::Shape ms(DType::kS64, {out, in});
+  Value col = ir::Iota(ms, 1);
+  auto row = [&](const Value& v) { return ir::BroadcastInDim(v, {out, in}, {0}); };
+  ir::Shape mf(DType::kF32, {out, in});
+  Value w0 = ir::Select(ir::Compare(CompareDir::kEQ, col, row(i0)), row(l0), ir::Full(0, mf));
+  Value w1 = ir::Select(ir::Compare(CompareDir::kEQ, col, row(i1)), row(l1), ir::Full(0, mf));
+  return Cast(ir::Binary(Op::kAdd, w0, w1), t);
+}
+
+// x[..., H, W] -> A_h x A_w^T over the last two dims (also used by transposes for backward).
+Value Resample2d(const Value& x, const Value& ah, const Value& aw) {
+  int r = x.rank();
+  Value y = ir::DotGeneral(x, aw, {}, {}, {r - 1}, {1}, x.dtype());
+  Value z = ir::DotGeneral(ah, y, {}, {}, {1}, {r - 2}, x.dtype());
+  std::vector<int64_t> perm;
+  for (int i = 1; i < r - 1; ++i) perm.push_back(i);
+  perm.push_back(0);
+  perm.push_back(r - 1);
+  return ir::Transpose(z, perm);
+}
+
+// One-hot selection matrix [out, in] for nearest resampling.
+Value NearestMatrix(int64_t out, int64_t in, std::optional<double> scale, DType t) {
+  Value idx = NearestIndex(out, in, scale);
+  ir::Shape ms(DType::kS64, {out, in});
+  Value eq = ir::Compare(CompareDir::kEQ, ir::Iota(ms, 1), ir::BroadcastInDim(idx, {out, in}, {0}));
+  return Cast(eq, t);
+}
+
+std::optional<double> OptD(const OpArgs& a, size_t k) { return a.OptDouble(k); }
+
+Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int64_t>>& dims_opt, bool keepdim,
+                 std::optional<DType> dtype) {
+  DType t = dtype.value_or(FloatOf(x.dtype()));
+  Value xc = ir::Unary(Op::kAbs, Cast(x, t));
+  std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
+  Value r;
+  if (std::isinf(ord)) {
+    r = ir::Reduce(ord > 0 ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, xc, dims);
+  } else if (ord == 0) {
+    r = ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, xc, ir::Full(0, xc.shape())), t), dims);
+  } else if (ord == 1) {
+    r = ir::Reduce(ir::ReduceKind::kSum, xc, dims);
+  } else if (ord == 2) {
+    r = ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, xc, xc), dims));
+  } else {
+    Value p = ir::Binary(Op::kPow, xc, ir::Full(ord, xc.shape()));
+    Value s = ir::Reduce(ir::ReduceKind::kSum, p, dims);
+    r = ir::Binary(Op::kPow, s, ir::Full(1.0 / ord, s.shape()));
+  }
+  return keepdim ? KeepDims(r, x.dims(), dims) : r;
+}
+
+OpFn FmodLike(bool python_remainder, bool scalar) {
+  return [=](OpArgs& a) -> V {
+    const TensorArg& self = a.T(0);
+    DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+    Value x = Cast(self.v, t), y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    auto dims = BroadcastShapes(x.dims(), y.dims());
+    x = BroadcastTo(x, dims);
+    y = BroadcastTo(y, dims);
+    Value r = ir::Binary(Op::kRem, x, y);
+    if (!python_remainder) return {r};
+    // Python's remainder takes the divisor's sign.
+    Value zero = ir::Full(0, r.shape());
+    Value fix = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, r, zero),
+                           ir::Compare(CompareDir::kNE, ir::Compare(CompareDir::kLT, r, zero),
+                                       ir::Compare(CompareDir::kLT, y, zero)));
+    return {ir::Select(fix, ir::Binary(Op::kAdd, r, y), r)};
+  };
+}
+
+OpFn Bitwise(Op op, bool scalar) {
+  return [=](OpArgs& a) -> V {
+    const TensorArg& self = a.T(0);
+    DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+    if (ir::IsFloating(t)) a.Fail("bitwise ops are only defined for integer and bool tensors");
+    Value y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    return {Bin(op, Cast(self.v, t), y)};
+  };
+}
+
+OpFn ReduceBool(ir::ReduceKind kind, bool with_dim) {
+  return [=](OpArgs& a) -> V {
+    Value x = Cast(a.V(0), DType::kPred);
+    if (!with_dim) return {ir::Reduce(kind, x, AllDims(x.rank()))};
+    if (x.rank() == 0) return {x};
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    Value r = ir::Reduce(kind, x, {d});
+    Value out = a.Bool(2) ? KeepDims(r, x.dims(), {d}) : r;
+    return {a.V(0).dtype() == DType::kU8 ? Cast(out, DType::kU8) : out};
+  };
+}
+
+}  // namespace
+
+void AddIndexRows(std::vector<OpRow>& rows) {
+  rows.push_back({"tril", [](OpArgs& a) -> V { return {Triangle(a.V(0), a.Int(1), true)}; }});
+  rows.push_back({"triu", [](OpArgs& a) -> V { return {Triangle(a.V(0), a.Int(1), false)}; }});
+
+  rows.push_back({"linalg_vector_norm", [](OpArgs& a) -> V {
+    return {VectorNorm(a.V(0), a.S(1).AsDouble(), a.OptInts(2), a.Bool(3), a.OptDType(4))};
+  }});
+  rows.push_back({"norm.Scalar", [](OpArgs& a) -> V {
+    return {VectorNorm(a.V(0), a.IsNone(1) ? 2.0 : a.S(1).AsDouble(), std::nullopt, false, std::nullopt)};
+  }});
+  rows.push_back({"norm.ScalarOpt_dim", [](OpArgs& a) -> V {
+    return {VectorNorm(a.V(0), a.IsNone(1) ? 2.0 : a.S(1).AsDouble(), a.OptInts(2), a.Bool(3), std::nullopt)};
+  }});
+  rows.push_back({"norm.ScalarOpt_dim_dtype", [](OpArgs& a) -> V {
+    return {VectorNorm(a.V(0), a.IsNone(1) ? 2.0 : a.S(1).AsDouble(), a.OptInts(2), a.Bool(3), a.OptDType(4))};
+  }});
+  rows.push_back({"var.correction", [](OpArgs& a) -> V {
+    auto c = a.OptS(2);
+    return {Moment(a.V(0), a.OptInts(1), c ? c->AsDouble() : 1.0, a.Bool(3))};
+  }});
+  rows.push_back({"std.correction", [](OpArgs& a) -> V {
+    auto c = a.OptS(2);
+    return {ir::Unary(Op::kSqrt, Moment(a.V(0), a.OptInts(1), c ? c->AsDouble() : 1.0, a.Bool(3)))};
+  }});
+  rows.push_back({"prod", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    DType t = a.OptDType(1).value_or(ir::IsIntegral(x.dtype(), true) ? DType::kS64 : x.dtype());
+    return {ir::Reduce(ir::ReduceKind::kProd, Cast(x, t), AllDims(x.rank()))};
+  }});
+  rows.push_back({"all", ReduceBool(ir::ReduceKind::kAnd, false)});
+  rows.push_back({"any", ReduceBool(ir::ReduceKind::kOr, false)});
+  rows.push_back({"all.dim", ReduceBool(ir::ReduceKind::kAnd, true)});
+  rows.push_back({"any.dim", ReduceBool(ir::ReduceKind::kOr, true)});
+
+  rows.push_back({"gather", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {GatherDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2))};
+  }});
+  rows.push_back({"scatter.src", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), a.V(3), false)};
+  }});
+  rows.push_back({"scatter.value", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2);
+    Value v = BroadcastTo(ScalarV(a.S(3), x.dtype(), a.device), idx.dims());
+    return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), idx, v, false)};
+  }});
+  rows.push_back({"scatter_add", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), a.V(3), true)};
+  }});
+  auto index = [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& ix = a.TL(1);
+    for (const auto& t : ix) {
+      if (t.defined() && (t.v.dtype() == DType::kPred || t.v.dtype() == DType::kU8)) {
+        a.Fail("boolean mask indexing has a value-dependent shape");  // bridge routes these to the CPU
+      }
+    }
+    return {IndexGather(x, PlanIndex(x, ix))};
+  };
+  rows.push_back({"index.Tensor", index});
+  rows.push_back({"_unsafe_index.Tensor", index});
+  auto index_put = [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& ix = a.TL(1);
+    for (const auto& t : ix) {
+      if (t.defined() && (t.v.dtype() == DType::kPred || t.v.dtype() == DType::kU8)) {
+        // x[mask] = v with a broadcastable v: a select, static shape.
+        if (ix.size() == 1 && a.V(2).shape().numel() == 1) {
+          Value m = BroadcastTo(Cast(t.v, DType::kPred), x.dims());
+          Value v = BroadcastTo(Cast(ir::Reshape(a.V(2), {}), x.dtype()), x.dims());
+          if (a.Bool(3)) v = ir::Binary(Op::kAdd, x, v);
+          return {ir::Select(m, v, x)};
+        }
+        a.Fail("boolean mask index_put with a non-scalar value has a value-dependent shape");
+      }
+    }
+    return {IndexPut(x, PlanIndex(x, ix), a.V(2), a.Bool(3))};
+  };
+  rows.push_back({"index_put", index_put});
+  rows.push_back({"_unsafe_index_put", index_put});
+  rows.push_back({"_index_put_impl", index_put});
+
+  rows.push_back({"sort", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
+    auto s = ir::Sort({x, idx}, d, a.Bool(2), true);
+    return {s[0], s[1]};
+  }});
+  rows.push_back({"sort.stable", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
+    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
+    Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
+    auto s = ir::Sort({x, idx}, d, a.Bool(3), true);
+    return {s[0], s[1]};
+  }});
+  rows.push_back({"topk", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    int64_t k = a.Int(1);
+    if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
+    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
+    if (k < 0 || k > x.dims()[d]) a.Fail("selected index k out of range");
+    Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
+    auto s = ir::Sort({x, idx}, d, a.Bool(3, true), true);
+    std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1);
+    lim[d] = k;
+    return {ir::Slice(s[0], st, lim, str), ir::Slice(s[1], st, lim, str)};
+  }});
+
+  rows.push_back({"remainder.Tensor", FmodLike(true, false)});
+  rows.push_back({"remainder.Scalar", FmodLike(true, true)});
+  rows.push_back({"fmod.Tensor", FmodLike(false, false)});
+  rows.push_back({"fmod.Scalar", FmodLike(false, true)});
+  rows.push_back({"bitwise_and.Tensor", Bitwise(Op::kAnd, false)});
+  rows.push_back({"bitwise_or.Tensor", Bitwise(Op::kOr, false)});
+  rows.push_back({"bitwise_xor.Tensor", Bitwise(Op::kXor, false)});
+  rows.push_back({"bitwise_and.Scalar", Bitwise(Op::kAnd, true)});
+  rows.push_back({"bitwise_or.Scalar", Bitwise(Op::kOr, true)});
+  rows.push_back({"bitwise_xor.Scalar", Bitwise(Op::kXor, true)});
+  rows.push_back({"logical_xor", [](OpArgs& a) -> V {
+    return {Bin(Op::kXor, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
+  }});
+  rows.push_back({"max.other", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    return {Bin(Op::kMax, Cast(a.V(0), t), Cast(a.V(1), t))};
+  }});
+  rows.push_back({"min.other", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    return {Bin(Op::kMin, Cast(a.V(0), t), Cast(a.V(1), t))};
+  }});
+  rows.push_back({"where.ScalarOther", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(1)}, {&a.S(2)});
+    return {Where(Cast(a.V(0), DType::kPred), Cast(a.V(1), t), ScalarV(a.S(2), t, a.device))};
+  }});
+  rows.push_back({"where.ScalarSelf", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(2)}, {&a.S(1)});
+    return {Where(Cast(a.V(0), DType::kPred), ScalarV(a.S(1), t, a.device), Cast(a.V(2), t))};
+  }});
+  rows.push_back({"isnan", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (ir::IsIntegral(x.dtype(), true)) return {ir::Full(0, ir::Shape(DType::kPred, x.dims()))};
+    return {ir::Compare(CompareDir::kNE, x, x)};
+  }});
+  rows.push_back({"isinf", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (ir::IsIntegral(x.dtype(), true)) return {ir::Full(0, ir::Shape(DType::kPred, x.dims()))};
+    return {ir::Compare(CompareDir::kEQ, ir::Unary(Op::kAbs, x), ir::Full(std::numeric_limits<double>::infinity(), x.shape()))};
+  }});
+  for (bool neg : {true, false}) {
+    rows.push_back({neg ? "isneginf" : "isposinf", [neg](OpArgs& a) -> V {
+      Value x = a.V(0);
+      if (ir::IsIntegral(x.dtype(), true)) return {ir::Full(0, ir::Shape(DType::kPred, x.dims()))};
+      double inf = std::numeric_limits<double>::infinity();
+      return {ir::Compare(CompareDir::kEQ, x, ir::Full(neg ? -inf : inf, x.shape()))};
+    }});
+  }
+  rows.push_back({"isfinite", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (ir::IsIntegral(x.dtype(), true)) return {ir::Full(1, ir::Shape(DType::kPred, x.dims()))};
+    return {ir::Unary(Op::kIsFinite, x)};
+  }});
+  rows.push_back({"nan_to_num", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (ir::IsIntegral(x.dtype(), true)) return {x};
+    double big = x.dtype() == DType::kF64 ? std::numeric_limits<double>::max()
+               : x.dtype() == DType::kF16 ? 65504.0
+               : x.dtype() == DType::kBF16 ? 3.3895313892515355e38 : std::numeric_limits<float>::max();
+    double nan = a.OptDouble(1).value_or(0.0), pinf = a.OptDouble(2).value_or(big), ninf = a.OptDouble(3).value_or(-big);
+    Value inf = ir::Full(std::numeric_limits<double>::infinity(), x.shape());
+    Value r = ir::Select(ir::Compare(CompareDir::kNE, x, x), ir::Full(nan, x.shape()), x);
+    r = ir::Select(ir::Compare(CompareDir::kEQ, x, inf), ir::Full(pinf, x.shape()), r);
+    r = ir::Select(ir::Compare(CompareDir::kEQ, x, ir::Unary(Op::kNeg, inf)), ir::Full(ninf, x.shape()), r);
+    return {r};
+  }});
+  rows.push_back({"log2", [](OpArgs& a) -> V {
+    Value x = Cast(a.V(0), FloatOf(a.V(0).dtype()));
+    return {ir::Binary(Op::kDiv, ir::Unary(Op::kLog, x), ir::Full(M_LN2, x.shape()))};
+  }});
+  rows.push_back({"hardtanh", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {Bin(Op::kMin, Bin(Op::kMax, x, ScalarV(a.S(1), x.dtype(), a.device)), ScalarV(a.S(2), x.dtype(), a.device))};
+  }});
+  rows.push_back({"leaky_relu", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    Value s = Bin(Op::kMul, x, ScalarV(a.S(1), x.dtype(), a.device));
+    return {ir::Select(ir::Compare(CompareDir::kGT, x, ir::Full(0, x.shape())), x, s)};
+  }});
+
+  rows.push_back({"linspace", [](OpArgs& a) -> V {
+    double s = a.S(0).AsDouble(), e = a.S(1).AsDouble();
+    int64_t n = a.Int(2);
+    if (n < 0) a.Fail("number of steps must be non-negative");
+    DType t = a.OptDType(3).value_or(DType::kF32);
+    ir::Shape fs(DType::kF64, {n});
+    double step = n > 1 ? (e - s) / (n - 1) : 0.0;
+    Value i = ir::Iota(fs, 0);
+    // Eager fills the first half from start and the second half from end.
+    Value fwd = ir::Binary(Op::kAdd, ir::Full(s, fs), ir::Binary(Op::kMul, i, ir::Full(step, fs)));
+    Value bwd = ir::Binary(Op::kSub, ir::Full(e, fs), ir::Binary(Op::kMul, ir::Binary(Op::kSub, ir::Full(static_cast<double>(n - 1), fs), i), ir::Full(step, fs)));
+    Value r = ir::Select(ir::Compare(CompareDir::kLT, i, ir::Full(static_cast<double>(n / 2), fs)), fwd, bwd);
+    if (ir::IsIntegral(t, false)) r = ir::Unary(Op::kFloor, r);
+    return {Cast(r, t)};
+  }});
+  rows.push_back({"constant_pad_nd", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {PadConstant(x, a.Ints(1), ScalarV(a.S(2), x.dtype(), a.device))};
+  }});
+  for (const char* name : {"reflection_pad1d", "reflection_pad2d", "reflection_pad3d"}) {
+    rows.push_back({name, [](OpArgs& a) -> V { return {PadIndexed(a.V(0), a.Ints(1), true)}; }});
+  }
+  for (const char* name : {"replication_pad1d", "replication_pad2d", "replication_pad3d"}) {
+    rows.push_back({name, [](OpArgs& a) -> V { return {PadIndexed(a.V(0), a.Ints(1), false)}; }});
+  }
+  rows.push_back({"repeat", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& reps = a.Ints(1);
+    if (reps.size() < static_cast<size_t>(x.rank())) {
+      a.Fail("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor");
+    }
+    int r = static_cast<int>(reps.size()), off = r - x.rank();
+    std::vector<int64_t> inter, bd, out;
+    for (int d = 0; d < r; ++d) {
+      int64_t sz = d < off ? 1 : x.dims()[d - off];
+      inter.push_back(reps[d]);
+      inter.push_back(sz);
+      if (d >= off) bd.push_back(2 * d + 1);
+      out.push_back(reps[d] * sz);
+    }
+    return {ir::Reshape(ir::BroadcastInDim(x, inter, bd), out)};
+  }});
+  rows.push_back({"roll", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& shifts = a.Ints(1);
+    auto dims = a.Ints(2);
+    Value y = x;
+    if (dims.empty()) {
+      y = ir::Reshape(x, {x.shape().numel()});
+      dims = {0};
+    }
+    for (size_t k = 0; k < dims.size(); ++k) {
+      int64_t d = ir::NormalizeDim(dims[k], y.rank()), n = y.dims()[d];
+      if (n == 0) continue;
+      int64_t s = ((shifts[k] % n) + n) % n;
+      if (s == 0) continue;
+      std::vector<int64_t> st(y.rank(), 0), lim = y.dims(), str(y.rank(), 1);
+      st[d] = n - s;
+      Value tail = ir::Slice(y, st, lim, str);
+      st[d] = 0;
+      lim[d] = n - s;
+      Value head = ir::Slice(y, st, lim, str);
+      y = ir::Concatenate({tail, head}, d);
+    }
+    return {ir::Reshape(y, x.dims())};
+  }});
+  rows.push_back({"upsample_nearest2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& os = a.Ints(1);
+    int r = x.rank();
+    DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value ah = NearestMatrix(os[0], x.dims()[r - 2], OptD(a, 2), ct), aw = NearestMatrix(os[1], x.dims()[r - 1], OptD(a, 3), ct);
+    return {Cast(Resample2d(Cast(x, ct), ah, aw), x.dtype())};
+  }});
+  rows.push_back({"upsample_nearest2d_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0);
+    const auto& os = a.Ints(1);
+    const auto& is = a.Ints(2);
+    DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value ah = NearestMatrix(os[0], is[2], OptD(a, 3), ct), aw = NearestMatrix(os[1], is[3], OptD(a, 4), ct);
+    return {Cast(Resample2d(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
+  }});
+  rows.push_back({"upsample_bilinear2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& os = a.Ints(1);
+    bool ac = a.Bool(2);
+    int r = x.rank();
+    DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value ah = LinearMatrix(os[0], x.dims()[r - 2], ac, OptD(a, 3), ct);
+    Value aw = LinearMatrix(os[1], x.dims()[r - 1], ac, OptD(a, 4), ct);
+    return {Cast(Resample2d(Cast(x, ct), ah, aw), x.dtype())};
+  }});
+  rows.push_back({"upsample_bilinear2d_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0);
+    const auto& os = a.Ints(1);
+    const auto& is = a.Ints(2);
+    bool ac = a.Bool(3);
+    DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value ah = LinearMatrix(os[0], is[2], ac, OptD(a, 4), ct), aw = LinearMatrix(os[1], is[3], ac, OptD(a, 5), ct);
+    return {Cast(Resample2d(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
+  }});
+}
+
+}  // namespace txla::ops
