@@ -153,6 +153,8 @@ graph::TensorPtr FromCpu(const at::Tensor& cpu_in, int device) {
 // ------------------------------------------------------------------ row kernel
 namespace {
 
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // Device indices from the user (device= arguments, .to("xla:N")) must exist: IndexError otherwise.
 int CheckedDevice(int index) {
   int n = graph::DeviceCount();
@@ -221,7 +223,15 @@ class RowKernel : public c10::OperatorKernel {
  public:
   explicit RowKernel(const ops::OpRow* row)
       : row_(row), allow_cpu_tensors_(row->aten == "copy"),
-        counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {}
+        counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
+    // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
+    std::string base = row->aten.substr(0, row->aten.find('.'));
+    std::string overload = row->aten.find('.') == std::string::npos ? "" : row->aten.substr(row->aten.find('.') + 1);
+    if (base.size() > 5 && base.compare(base.size() - 5, 5, "_copy") == 0) {
+      auto h = c10::Dispatcher::singleton().findSchema({"aten::" + base.substr(0, base.size() - 5), overload});
+      if (h) view_op_ = *h;
+    }
+  }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     counter_->fetch_add(1, std::memory_order_relaxed);
@@ -242,10 +252,15 @@ class RowKernel : public c10::OperatorKernel {
     std::vector<ir::Value> outs;
     try {
       outs = row_->fn(args);
+    } catch (const ops::NotLowered&) {
+      // This call's arguments need the CPU (value-dependent shapes): the stack is untouched.
+      CpuFallback(op, stack);
+      return;
     } catch (const ir::ShapeError& e) {
+      // Eager raises RuntimeError for size and argument mismatches.
       std::string msg = e.what();
       if (msg.rfind(args.op_name, 0) != 0) msg = args.op_name + ": " + msg;
-      throw c10::ValueError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
+      TORCH_CHECK(false, msg);
     }
     for (auto& [k, v] : args.writebacks) Assign(ivs[k].toTensor(), v);
     // Arguments written by the op (out=, in-place) are returned as themselves.
@@ -268,9 +283,43 @@ class RowKernel : public c10::OperatorKernel {
         results.emplace_back(r < outs.size() ? Wrap(outs[r], device) : at::Tensor());
       }
     }
+    if (view_op_) ViewStrides(ivs, results);
     torch::jit::drop(*stack, n);
     if (graph::EagerMode() && !graph::InCompiledRegion()) RunNow(results);
     for (auto& v : results) stack->push_back(std::move(v));
+  }
+
+  // Functionalization's wrappers report the inner tensor's strides. For a view, those must be
+  // eager's (else x.t().is_contiguous() is true and .contiguous() aliases): replay the view op on a
+  // meta tensor laid out like the input and copy its sizes, strides and offset onto our results.
+  void ViewStrides(c10::ArrayRef<c10::IValue> ivs, const std::vector<c10::IValue>& results) const {
+    if (ivs.empty() || !ivs[0].isTensor()) return;
+    const at::Tensor& in = ivs[0].toTensor();
+    try {
+      at::Tensor meta = at::empty_strided(in.sizes(), in.strides(), in.options().device(at::kMeta));
+      if (in.storage_offset() != 0) meta = meta.as_strided(in.sizes(), in.strides(), in.storage_offset());
+      torch::jit::Stack st(ivs.begin(), ivs.end());
+      st[0] = meta;
+      view_op_->callBoxed(st);
+      std::vector<at::Tensor> metas, outs;
+      for (const auto& v : st) {
+        if (v.isTensor()) metas.push_back(v.toTensor());
+        else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) metas.push_back(t);
+      }
+      for (const auto& v : results) {
+        if (v.isTensor()) outs.push_back(v.toTensor());
+        else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) outs.push_back(t);
+      }
+      if (metas.size() != outs.size()) return;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (!outs[i].defined() || !dynamic_cast<XLATensorImpl*>(outs[i].unsafeGetTensorImpl())) continue;
+        if (!metas[i].sizes().equals(outs[i].sizes())) continue;
+        outs[i].unsafeGetTensorImpl()->set_sizes_and_strides(metas[i].sizes(), metas[i].strides(),
+                                                            metas[i].storage_offset());
+      }
+    } catch (const std::exception&) {
+      // Layout only: keep contiguous metadata if the view cannot be replayed.
+    }
   }
 
   // Eager mode: materialize what this op produced (compiled once per op signature, cached).
@@ -403,10 +452,13 @@ class RowKernel : public c10::OperatorKernel {
   const ops::OpRow* row_;
   bool allow_cpu_tensors_;
   std::atomic<int64_t>* counter_;
+  std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;
 };
 
 // ------------------------------------------------------------------ fallback and data movement
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   metrics::IncrementCounter(op.schema().name());
   static bool debug = [] {
@@ -559,6 +611,9 @@ void RegisterKernels() {
     for (const auto& [vname, vover] : variants) {
       auto handle = dispatcher.findSchema({"aten::" + vname, vover});
       if (!handle) continue;  // not in this torch release
+      // A CompositeImplicitAutograd op decomposes above autograd; a backend kernel would hide it
+      // from autograd (no gradients). Its decomposition reaches our rows anyway.
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
       if (vname != name || vover != overload) {
         // out= "out" overloads must extend the functional schema's arguments.
         auto base = dispatcher.findSchema({"aten::" + name, overload});
@@ -585,6 +640,14 @@ void RegisterKernels() {
   lib->impl("_local_scalar_dense", TORCH_FN(LocalScalarDense));
   lib->impl("_fused_sdp_choice", TORCH_FN(FusedSdpChoice));
   lib->impl("lift_fresh", TORCH_FN(LiftFresh));
+  // CompositeExplicitAutograd kernels that build their result through views and in-place writes run
+  // below functionalization on our tensors; their views would reach the CPU fallback (a view cannot
+  // fall back correctly). Run them under functionalization instead.
+  for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear"}) {
+    if (dispatcher.findSchema({std::string("aten::") + name, ""}) && registered.insert(name).second) {
+      lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
+    }
+  }
   static torch::Library* fallback =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
   fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());

@@ -1,6 +1,7 @@
 // The `_C` module: Python entry points of the torch bridge (sync, devices, RNG, debugging).
 #include <torch/csrc/utils/pybind.h>
 
+#include <ATen/FunctionalTensorWrapper.h>
 #include "bridge/bridge.h"
 #include "ops/op_table.h"
 #include "util/metrics.h"
@@ -146,6 +147,18 @@ PYBIND11_MODULE(_C, m) {
     return found;
   });
 
+  m.def("_debug_strides", [](const at::Tensor& t) {
+    std::vector<std::vector<int64_t>> out;
+    out.push_back(t.strides().vec());
+    if (at::functionalization::impl::isFunctionalTensor(t)) {
+      out.push_back(at::functionalization::impl::from_functional_tensor(t).strides().vec());
+    }
+    auto y = at::_ops::transpose_int::call(t, 0, 1);
+    out.push_back(y.strides().vec());
+    out.push_back({(int64_t)y.key_set().has_backend(c10::BackendComponent::XLABit),
+                   (int64_t)t.key_set().has_backend(c10::BackendComponent::XLABit)});
+    return out;
+  });
   m.def("_lowered_ops", []() {
     std::vector<std::string> names;
     for (const auto& r : ops::OpTable()) names.push_back(r.aten);

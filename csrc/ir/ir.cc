@@ -164,7 +164,9 @@ Value Convert(const Value& x, DType t) {
 Value Unary(Op op, const Value& x) {
   Shape s = x.shape();
   if (op == Op::kIsFinite) s.dtype = DType::kPred;
-  if (op == Op::kReal || op == Op::kImag) s.dtype = x.dtype() == DType::kC128 ? DType::kF64 : DType::kF32;
+  if (op == Op::kReal || op == Op::kImag || (op == Op::kAbs && IsComplex(x.dtype()))) {
+    s.dtype = x.dtype() == DType::kC128 ? DType::kF64 : DType::kF32;
+  }
   return Make(op, {x}, s);
 }
 

@@ -570,12 +570,9 @@ std::string ScalarLiteral(double f, int64_t n, DType t) {
     case DType::kBF16:
       std::snprintf(buf, sizeof buf, "dense<0x%04X>", FloatToBf16Bits(static_cast<float>(f)));
       return buf;
-    case DType::kC64: case DType::kC128: {
-      std::ostringstream os;
-      os.precision(17);
-      os << "dense<(" << f << ", 0.0)>";
-      return os.str();
-    }
+    case DType::kC64: case DType::kC128:
+      std::snprintf(buf, sizeof buf, "dense<(%.17e,0.000000e+00)>", f);  // exponent form: always a float literal
+      return buf;
     case DType::kU64:
       std::snprintf(buf, sizeof buf, "dense<%llu>", (unsigned long long)n);
       return buf;

@@ -75,6 +75,10 @@ class OpArgs {
   [[noreturn]] void Fail(const std::string& msg) const;
 };
 
+// Thrown by a row when this call cannot be lowered (e.g. a value-dependent output shape): the
+// bridge runs the op on the CPU fallback instead. Correct, counted as aten::<name>.
+struct NotLowered {};
+
 using OpFn = std::function<std::vector<Value>(OpArgs&)>;
 struct OpRow {
   std::string aten;  // "add.Tensor" (namespace aten implied); overload "" for the default

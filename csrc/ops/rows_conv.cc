@@ -246,6 +246,9 @@ BnOut BatchNorm(const Value& x, std::optional<Value> w, std::optional<Value> b, 
   if (w) y = ir::Binary(Op::kMul, y, PerChannel(Cast(*w, ct), xc));
   if (b) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*b, ct), xc));
   r.out = Cast(y, x.dtype());
+  // Eager returns the saved statistics in the input's dtype.
+  r.mean = Cast(r.mean, x.dtype());
+  r.invstd = Cast(r.invstd, x.dtype());
   return r;
 }
 
@@ -331,6 +334,35 @@ void AddConvRows(std::vector<OpRow>& rows) {
     return out;
   }});
 
+  // aten::convolution itself (args as the overrideable op plus nothing): taking it here keeps
+  // conv1d/conv3d's internal reshapes above functionalization; autograd then calls
+  // convolution_backward (with bias_sizes at position 3).
+  rows.push_back({"convolution", [](OpArgs& a) -> V {
+    Value x = a.V(0), w = a.V(1);
+    auto bias = a.OptV(2);
+    ConvParams p = ReadConv(a, 3, w);
+    Value y = ConvForward(x, w, p, a.Bool(6));
+    if (bias) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*bias, y.dtype()), y));
+    return {y};
+  }});
+  rows.push_back({"convolution_backward", [](OpArgs& a) -> V {
+    Value dy = a.V(0), x = a.V(1), w = a.V(2);
+    ConvParams p = ReadConv(a, 4, w);
+    bool transposed = a.Bool(7);
+    auto mask = Mask(a, 10);
+    V out(3);
+    if (!transposed) {
+      if (mask[0]) out[0] = ConvInputGrad(dy, x, w, p);
+      if (mask[1]) out[1] = ConvWeightGrad(dy, x, SpatialOf(w), p);
+    } else {
+      std::vector<int64_t> pads, ones(p.nsp, 1);
+      for (int i = 0; i < p.nsp; ++i) { pads.push_back(p.padding[i]); pads.push_back(p.padding[i]); }
+      if (mask[0]) out[0] = ir::Convolution(dy, w, p.stride, pads, ones, p.dilation, p.groups, 1);
+      if (mask[1]) out[1] = ConvWeightGrad(x, dy, SpatialOf(w), p);
+    }
+    if (mask[2]) out[2] = SumAllBut(dy, 1);
+    return out;
+  }});
   rows.push_back({"max_pool2d_with_indices", [](OpArgs& a) -> V {
     Value x = a.V(0);
     PoolGeom g = Pool(x, 2, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));

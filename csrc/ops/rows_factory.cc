@@ -95,11 +95,33 @@ void AddFactoryRows(std::vector<OpRow>& rows) {
   rows.push_back({"random.to", [random_range](OpArgs& a) -> V {
     return {random_range(a, 0, static_cast<double>(a.Int(1)))};
   }});
+  rows.push_back({"bernoulli", [](OpArgs& a) -> V {  // self holds the probabilities
+    Value p = a.V(0);
+    DType ct = p.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value u = RandomUniform(ir::Shape(ct, p.dims()), a.device);
+    return {Cast(ir::Compare(CompareDir::kLT, u, Cast(p, ct)), p.dtype())};
+  }});
+  rows.push_back({"bernoulli.Tensor", [](OpArgs& a) -> V {  // bernoulli(self, p: Tensor), functional of bernoulli_.Tensor
+    Value self = a.V(0), p = a.V(1);
+    DType ct = p.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value u = RandomUniform(ir::Shape(ct, self.dims()), a.device);
+    return {Cast(Cmp(CompareDir::kLT, u, Cast(p, ct)), self.dtype())};
+  }});
   rows.push_back({"bernoulli.p", [](OpArgs& a) -> V {
     Value self = a.V(0);
     Value u = RandomUniform(ir::Shape(DType::kF32, self.dims()), a.device);
     return {Cast(ir::Compare(CompareDir::kLT, u, ir::Full(a.Double(1), u.shape())), self.dtype())};
   }});
+  // In-place random fills reached below functionalization (e.g. inside randn_like's composite):
+  // the same rows, results written into self by the bridge.
+  std::vector<std::pair<const char*, const char*>> inplace = {
+      {"normal_", "normal_functional"}, {"uniform_", "uniform"}, {"bernoulli_.float", "bernoulli.p"},
+      {"bernoulli_.Tensor", "bernoulli.Tensor"}, {"random_.from", "random.from"}, {"random_.to", "random.to"}};
+  for (auto [name, functional] : inplace) {
+    for (const auto& r : std::vector<OpRow>(rows)) {
+      if (r.aten == functional) rows.push_back({name, r.fn});
+    }
+  }
 }
 
 }  // namespace txla::ops

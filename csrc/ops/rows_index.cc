@@ -47,6 +47,7 @@ Value FullCoordinates(const Value& index, int64_t dim) {
 }
 
 Value GatherDim(const Value& x, int64_t dim, const Value& index) {
+  if (index.shape().numel() == 0) return ir::Full(0, ir::Shape(x.dtype(), index.dims()));
   if (index.rank() != x.rank() && !(x.rank() == 0 && index.rank() <= 1)) {
     throw ir::ShapeError("Index tensor must have the same number of dimensions as input tensor");
   }
@@ -63,6 +64,10 @@ Value GatherDim(const Value& x, int64_t dim, const Value& index) {
 Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add) {
   int r = self.rank();
   if (index.shape().numel() == 0) return self;
+  if (r == 0) {  // 0-d: one element, as a 1-d scatter
+    Value one = ScatterDim(ir::Reshape(self, {1}), 0, ir::Reshape(index, {1}), ir::Reshape(src, {src.shape().numel()}), add);
+    return ir::Reshape(one, {});
+  }
   int64_t n = index.shape().numel();
   Value coords = FullCoordinates(index, dim);
   // src may be larger than index: take the index-shaped corner.
@@ -176,7 +181,8 @@ Value IndexPut(const Value& self, const IndexPlan& p, const Value& values, bool 
 }
 
 Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, double correction, bool keepdim) {
-  DType t = FloatOf(x.dtype());
+  DType out_t = FloatOf(x.dtype());
+  DType t = out_t == DType::kF64 ? DType::kF64 : DType::kF32;  // accumulate half types in f32, as eager
   Value xc = Cast(x, t);
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
   int64_t n = 1;
@@ -186,7 +192,7 @@ Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, doubl
   Value c = Bin(Op::kSub, xc, mean);
   Value ss = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, c, c), dims);
   Value v = ir::Binary(Op::kDiv, ss, ir::Full(std::max(0.0, static_cast<double>(n) - correction), ss.shape()));
-  return keepdim ? KeepDims(v, x.dims(), dims) : v;
+  return Cast(keepdim ? KeepDims(v, x.dims(), dims) : v, out_t);
 }
 
 Value PadConstant(const Value& x, const std::vector<int64_t>& pad, const Value& value) {
@@ -299,6 +305,63 @@ Value NearestMatrix(int64_t out, int64_t in, std::optional<double> scale, DType 
 
 std::optional<double> OptD(const OpArgs& a, size_t k) { return a.OptDouble(k); }
 
+// Moves dims d1, d2 last; returns the permutation.
+std::vector<int64_t> DiagPerm(int r, int64_t d1, int64_t d2) {
+  std::vector<int64_t> perm;
+  for (int i = 0; i < r; ++i) if (i != d1 && i != d2) perm.push_back(i);
+  perm.push_back(d1);
+  perm.push_back(d2);
+  return perm;
+}
+
+// [L, 2] coordinates of the diagonal with `offset` in an [n, m] matrix.
+Value DiagCoords(int64_t n, int64_t m, int64_t offset, int64_t* len) {
+  int64_t r0 = std::max<int64_t>(0, -offset), c0 = std::max<int64_t>(0, offset);
+  int64_t L = std::max<int64_t>(0, std::min(n - r0, m - c0));
+  *len = L;
+  ir::Shape is(DType::kS64, {L, 1});
+  Value i = ir::Iota(is, 0);
+  Value rows_ = ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(r0), is));
+  Value cols = ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(c0), is));
+  return ir::Concatenate({rows_, cols}, 1);
+}
+
+Value Diagonal(const Value& x, int64_t offset, int64_t d1, int64_t d2) {
+  int r = x.rank();
+  d1 = ir::NormalizeDim(d1, r);
+  d2 = ir::NormalizeDim(d2, r);
+  if (d1 == d2) throw ir::ShapeError("diagonal dimensions cannot be identical " + std::to_string(d1) + ", " + std::to_string(d2));
+  Value t = ir::Transpose(x, DiagPerm(r, d1, d2));
+  int64_t n = t.dims()[r - 2], m = t.dims()[r - 1], L;
+  Value coords = DiagCoords(n, m, offset, &L);
+  std::vector<int64_t> batch(t.dims().begin(), t.dims().end() - 2), out = batch;
+  out.push_back(L);
+  if (L == 0) return ir::Full(0, ir::Shape(x.dtype(), out));
+  std::vector<int64_t> sizes = batch, offset_dims;
+  sizes.push_back(1);
+  sizes.push_back(1);
+  for (size_t k = 0; k < batch.size(); ++k) offset_dims.push_back(static_cast<int64_t>(k));
+  Value g = ir::Gather(t, coords, offset_dims, {r - 2, r - 1}, {r - 2, r - 1}, 1, sizes);  // [batch..., L]
+  return g;
+}
+
+Value DiagonalScatter(const Value& self, const Value& src, int64_t offset, int64_t d1, int64_t d2) {
+  int r = self.rank();
+  d1 = ir::NormalizeDim(d1, r);
+  d2 = ir::NormalizeDim(d2, r);
+  std::vector<int64_t> perm = DiagPerm(r, d1, d2), inv(r);
+  for (int i = 0; i < r; ++i) inv[perm[i]] = i;
+  Value t = ir::Transpose(self, perm);
+  int64_t n = t.dims()[r - 2], m = t.dims()[r - 1], L;
+  Value coords = DiagCoords(n, m, offset, &L);
+  if (L == 0) return self;
+  // updates [batch..., L] -> scatter with the diagonal position as the scatter dim (last).
+  std::vector<int64_t> window;
+  for (int k = 0; k < r - 2; ++k) window.push_back(k);
+  Value s = ir::Scatter(t, coords, Cast(src, self.dtype()), window, {r - 2, r - 1}, {r - 2, r - 1}, 1, 0);
+  return ir::Transpose(s, inv);
+}
+
 Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int64_t>>& dims_opt, bool keepdim,
                  std::optional<DType> dtype) {
   DType t = dtype.value_or(FloatOf(x.dtype()));
@@ -393,6 +456,18 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     DType t = a.OptDType(1).value_or(ir::IsIntegral(x.dtype(), true) ? DType::kS64 : x.dtype());
     return {ir::Reduce(ir::ReduceKind::kProd, Cast(x, t), AllDims(x.rank()))};
   }});
+  rows.push_back({"prod.dim_int", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    DType t = a.OptDType(3).value_or(ir::IsIntegral(x.dtype(), true) ? DType::kS64 : x.dtype());
+    if (x.rank() == 0) return {Cast(x, t)};
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    Value r = ir::Reduce(ir::ReduceKind::kProd, Cast(x, t), {d});
+    return {a.Bool(2) ? KeepDims(r, x.dims(), {d}) : r};
+  }});
+  rows.push_back({"diagonal_copy", [](OpArgs& a) -> V { return {Diagonal(a.V(0), a.Int(1), a.Int(2), a.Int(3))}; }});
+  rows.push_back({"diagonal_scatter", [](OpArgs& a) -> V {
+    return {DiagonalScatter(a.V(0), a.V(1), a.Int(2), a.Int(3), a.Int(4))};
+  }});
   rows.push_back({"all", ReduceBool(ir::ReduceKind::kAnd, false)});
   rows.push_back({"any", ReduceBool(ir::ReduceKind::kOr, false)});
   rows.push_back({"all.dim", ReduceBool(ir::ReduceKind::kAnd, true)});
@@ -420,7 +495,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     const auto& ix = a.TL(1);
     for (const auto& t : ix) {
       if (t.defined() && (t.v.dtype() == DType::kPred || t.v.dtype() == DType::kU8)) {
-        a.Fail("boolean mask indexing has a value-dependent shape");  // bridge routes these to the CPU
+        throw NotLowered{};  // boolean mask: value-dependent shape, CPU
       }
     }
     return {IndexGather(x, PlanIndex(x, ix))};
@@ -439,7 +514,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
           if (a.Bool(3)) v = ir::Binary(Op::kAdd, x, v);
           return {ir::Select(m, v, x)};
         }
-        a.Fail("boolean mask index_put with a non-scalar value has a value-dependent shape");
+        throw NotLowered{};  // mask with a non-scalar value: value-dependent shape, CPU
       }
     }
     return {IndexPut(x, PlanIndex(x, ix), a.V(2), a.Bool(3))};
@@ -489,22 +564,6 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"bitwise_xor.Scalar", Bitwise(Op::kXor, true)});
   rows.push_back({"logical_xor", [](OpArgs& a) -> V {
     return {Bin(Op::kXor, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
-  }});
-  rows.push_back({"max.other", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1)});
-    return {Bin(Op::kMax, Cast(a.V(0), t), Cast(a.V(1), t))};
-  }});
-  rows.push_back({"min.other", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1)});
-    return {Bin(Op::kMin, Cast(a.V(0), t), Cast(a.V(1), t))};
-  }});
-  rows.push_back({"where.ScalarOther", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(1)}, {&a.S(2)});
-    return {Where(Cast(a.V(0), DType::kPred), Cast(a.V(1), t), ScalarV(a.S(2), t, a.device))};
-  }});
-  rows.push_back({"where.ScalarSelf", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(2)}, {&a.S(1)});
-    return {Where(Cast(a.V(0), DType::kPred), ScalarV(a.S(1), t, a.device), Cast(a.V(2), t))};
   }});
   rows.push_back({"isnan", [](OpArgs& a) -> V {
     Value x = a.V(0);

@@ -174,6 +174,15 @@ void AddShapeRows(std::vector<OpRow>& rows) {
     Value zeros = ir::Full(0, ir::Shape(g.dtype(), a.Ints(1)));
     return {ScatterSlice(zeros, g, ResolveSlice(zeros, a.Int(2), a.OptInt(3), a.OptInt(4), a.Int(5)))};
   }});
+  rows.push_back({"select_backward", [](OpArgs& a) -> V {  // (grad, input_sizes, dim, index)
+    Value g = a.V(0);
+    std::vector<int64_t> sizes = a.Ints(1);
+    int64_t dim = ir::NormalizeDim(a.Int(2), static_cast<int>(sizes.size()));
+    int64_t idx = a.Int(3), n = sizes[dim];
+    if (idx < 0) idx += n;
+    Value zeros = ir::Full(0, ir::Shape(g.dtype(), sizes));
+    return {ScatterSlice(zeros, Unsqueeze(g, dim), {dim, idx, idx + 1, 1, 1})};
+  }});
   rows.push_back({"select_scatter", [](OpArgs& a) -> V {
     Value self = a.V(0);
     int64_t dim = ir::NormalizeDim(a.Int(2), self.rank());
