@@ -140,7 +140,11 @@ at::Tensor ToCpu(const graph::TensorPtr& t) {
   const auto& dims = t->shape().dims;
   at::Tensor cpu = at::empty(c10::IntArrayRef(dims.data(), dims.size()),
                              at::TensorOptions().dtype(ToScalarType(t->shape().dtype)).device(at::kCPU));
-  graph::TensorToHost(t, cpu.data_ptr());
+  try {
+    graph::TensorToHost(t, cpu.data_ptr());
+  } catch (const graph::IndexCheckError& e) {
+    TORCH_CHECK_INDEX(false, e.what());  // IndexError, as eager
+  }
   return cpu;
 }
 

@@ -169,6 +169,7 @@ void TensorToHost(const TensorPtr& t, void* dst) {
     metrics::Timer timer("TransferFromDeviceTime");
     t->data()->buffer.ToHost(dst, bytes);
   }
+  RaiseFailedChecks();  // a host read waited for the graph anyway
   metrics::AddSample("OutboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
 }
 
@@ -276,6 +277,46 @@ Value NextRngState(int device) {
   Value key = ir::Reshape(s, {1});
   Value ctr = ir::Reshape(ir::ConstantInt(0x9E3779B97F4A7C15LL, DType::kU64), {1});
   return ir::Concatenate({key, ctr}, 0);
+}
+
+// ------------------------------------------------------------------ checks
+namespace {
+struct PendingCheck {
+  Value pred;
+  std::string message;
+};
+struct RanCheck {
+  ir::DeviceDataPtr result;
+  std::string message;
+};
+std::mutex g_check_mu;
+std::map<int, std::vector<PendingCheck>>& PendingChecks() {
+  static auto* m = new std::map<int, std::vector<PendingCheck>>();
+  return *m;
+}
+std::vector<RanCheck>& RanChecks() {
+  static auto* v = new std::vector<RanCheck>();
+  return *v;
+}
+}  // namespace
+
+void AddCheck(Value all_ok, std::string message, int device) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto& v = PendingChecks()[device];
+  if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message)});
+}
+
+void RaiseFailedChecks() {
+  std::vector<RanCheck> ran;
+  {
+    std::lock_guard<std::mutex> g(g_check_mu);
+    ran.swap(RanChecks());
+  }
+  for (auto& c : ran) {
+    uint8_t ok = 1;
+    c.result->buffer.ToHost(&ok, 1);
+    if (!ok) throw IndexCheckError(c.message);
+  }
 }
 
 // ------------------------------------------------------------------ sync
@@ -536,8 +577,13 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   return comp;
 }
 
-// Runs one device's pending tensors as one graph.
+// Runs one device's pending tensors (and pending checks) as one graph.
 void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+  std::vector<PendingCheck> checks;
+  {
+    std::lock_guard<std::mutex> g(g_check_mu);
+    checks.swap(PendingChecks()[device]);
+  }
   // Collect unique roots.
   std::vector<Value> roots;
   std::vector<int> root_of(tensors.size());
@@ -552,6 +598,8 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
     }
     root_of[i] = it->second;
   }
+  size_t n_tensor_roots = roots.size();
+  for (auto& c : checks) roots.push_back(c.pred);
   PostOrder po = ComputePostOrder(roots);
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   Hash128 key = GraphHash(po, roots, device);
@@ -583,6 +631,12 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
     for (auto& d : datas) d->buffer.Await();
   }
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i]->SetData(datas[root_of[i]]);
+  if (!checks.empty()) {
+    std::lock_guard<std::mutex> g(g_check_mu);
+    for (size_t k = 0; k < checks.size(); ++k) {
+      RanChecks().push_back({datas[n_tensor_roots + k], checks[k].message});
+    }
+  }
 }
 
 std::vector<Value> RootsOf(const std::vector<TensorPtr>& tensors) {
@@ -600,11 +654,19 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   for (auto& t : all) {
     if (t && t->HasPending() && seen.insert(t->id()).second) by_device[t->device()].push_back(t);
   }
+  {
+    std::lock_guard<std::mutex> g(g_check_mu);
+    for (auto& [device, pending] : PendingChecks()) {
+      if (!pending.empty() && !by_device.count(device)) by_device[device];  // run their checks too
+    }
+  }
   if (!by_device.empty()) {
     std::lock_guard<std::mutex> g(g_ctl_mu);
     if (!g_forbid_message.empty()) throw std::runtime_error(g_forbid_message);
   }
+  RaiseFailedChecks();  // from earlier steps
   for (auto& [device, ts] : by_device) SyncDevice(ts, device, opts);
+  if (opts.wait) RaiseFailedChecks();
 }
 
 void WaitDeviceOps() {

@@ -70,6 +70,16 @@ void SetSeed(uint64_t seed, int device);
 uint64_t GetSeed(int device);
 ir::Value NextRngState(int device);  // u64[2] state for rng_bit_generator; advances the seed in-graph
 
+// ---- In-graph checks (index bounds): a boolean scalar computed with the graph; a false value
+// raises IndexCheckError (Python IndexError) at the next sync or host read, naming the op.
+class IndexCheckError : public std::out_of_range {
+ public:
+  using std::out_of_range::out_of_range;
+};
+void AddCheck(ir::Value all_ok, std::string message, int device);
+// Raises for any executed check that failed (awaits their results).
+void RaiseFailedChecks();
+
 // ---- Sync.
 struct SyncOptions {
   bool wait = false;

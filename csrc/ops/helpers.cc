@@ -327,6 +327,19 @@ Value RandomNormal(const ir::Shape& s, int device) {
   return Cast(ir::Binary(Op::kMul, r, ir::Unary(Op::kCos, th)), s.dtype);
 }
 
+void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string& message, int device,
+                     std::optional<int64_t> ignore) {
+  if (idx.shape().numel() == 0) return;
+  Value i = Cast(idx, DType::kS64);
+  const ir::Shape& s = i.shape();
+  Value ok = ir::Binary(Op::kAnd, ir::Compare(ir::CompareDir::kGE, i, ir::Full(static_cast<double>(lo), s)),
+                        ir::Compare(ir::CompareDir::kLT, i, ir::Full(static_cast<double>(hi), s)));
+  if (ignore) ok = ir::Binary(Op::kOr, ok, ir::Compare(ir::CompareDir::kEQ, i, ir::Full(static_cast<double>(*ignore), s)));
+  std::vector<int64_t> all(i.rank());
+  std::iota(all.begin(), all.end(), 0);
+  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device);
+}
+
 int64_t ProductOf(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (auto x : v) p *= x;

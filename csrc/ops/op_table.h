@@ -111,6 +111,10 @@ Value Softmax(const Value& x, int64_t dim, bool log);
 Value RandomUniform(const ir::Shape& s, int device);
 Value RandomNormal(const ir::Shape& s, int device);
 int64_t ProductOf(const std::vector<int64_t>& v);
+// Adds an in-graph check that every index is in [lo, hi) (or equals `ignore`); a failure raises
+// IndexError with `message` at the next sync or host read (see graph::AddCheck).
+void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string& message, int device,
+                     std::optional<int64_t> ignore = std::nullopt);
 std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel);
 
 }  // namespace txla::ops

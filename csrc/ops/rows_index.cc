@@ -46,6 +46,12 @@ Value FullCoordinates(const Value& index, int64_t dim) {
   return ir::Concatenate(cols, 1);
 }
 
+void CheckDim(const Value& x, int64_t dim, const Value& index, const char* op, int device) {
+  int64_t n = x.rank() == 0 ? 1 : x.dims()[dim];
+  CheckIndexRange(index, 0, n, std::string(op) + "(): index out of bounds for dimension " + std::to_string(dim) +
+                  " with size " + std::to_string(n), device);
+}
+
 Value GatherDim(const Value& x, int64_t dim, const Value& index) {
   if (index.shape().numel() == 0) return ir::Full(0, ir::Shape(x.dtype(), index.dims()));
   if (index.rank() != x.rank() && !(x.rank() == 0 && index.rank() <= 1)) {
@@ -90,7 +96,7 @@ struct IndexPlan {
   bool adjacent = true;
 };
 
-IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices) {
+IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices, int device) {
   IndexPlan p;
   std::vector<int64_t> shape;
   // Bool masks are not static-shape: the bridge sends those to the fallback (see RowKernel).
@@ -106,6 +112,8 @@ IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices) {
   for (size_t k = 0; k < p.idx.size(); ++k) {
     Value i = Cast(BroadcastTo(p.idx[k], shape), DType::kS64);
     int64_t n = self.dims()[p.indexed[k]];
+    CheckIndexRange(p.idx[k], -n, n, "index is out of bounds for dimension " + std::to_string(p.indexed[k]) +
+                    " with size " + std::to_string(n), device);
     Value neg = ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape()));
     p.idx[k] = ir::Select(neg, ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
   }
@@ -475,19 +483,24 @@ void AddIndexRows(std::vector<OpRow>& rows) {
 
   rows.push_back({"gather", [](OpArgs& a) -> V {
     Value x = a.V(0);
-    return {GatherDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2))};
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    CheckDim(x, d, a.V(2), "gather", a.device);
+    return {GatherDim(x, d, a.V(2))};
   }});
   rows.push_back({"scatter.src", [](OpArgs& a) -> V {
     Value x = a.V(0);
+    CheckDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), "scatter", a.device);
     return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), a.V(3), false)};
   }});
   rows.push_back({"scatter.value", [](OpArgs& a) -> V {
     Value x = a.V(0), idx = a.V(2);
+    CheckDim(x, ir::NormalizeDim(a.Int(1), x.rank()), idx, "scatter", a.device);
     Value v = BroadcastTo(ScalarV(a.S(3), x.dtype(), a.device), idx.dims());
     return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), idx, v, false)};
   }});
   rows.push_back({"scatter_add", [](OpArgs& a) -> V {
     Value x = a.V(0);
+    CheckDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), "scatter_add", a.device);
     return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), a.V(3), true)};
   }});
   auto index = [](OpArgs& a) -> V {
@@ -498,7 +511,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
         throw NotLowered{};  // boolean mask: value-dependent shape, CPU
       }
     }
-    return {IndexGather(x, PlanIndex(x, ix))};
+    return {IndexGather(x, PlanIndex(x, ix, a.device))};
   };
   rows.push_back({"index.Tensor", index});
   rows.push_back({"_unsafe_index.Tensor", index});
@@ -517,7 +530,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
         throw NotLowered{};  // mask with a non-scalar value: value-dependent shape, CPU
       }
     }
-    return {IndexPut(x, PlanIndex(x, ix), a.V(2), a.Bool(3))};
+    return {IndexPut(x, PlanIndex(x, ix, a.device), a.V(2), a.Bool(3))};
   };
   rows.push_back({"index_put", index_put});
   rows.push_back({"_unsafe_index_put", index_put});

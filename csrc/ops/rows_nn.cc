@@ -86,6 +86,7 @@ void AddNnRows(std::vector<OpRow>& rows) {
              std::to_string(target.dims()[0]) + ").");
     }
     DType t = x.dtype();
+    CheckIndexRange(target, 0, x.dims()[1], "nll_loss: Target is out of bounds.", a.device, ignore);
     auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
     Value w = SampleWeights(weight, onehot, valid, t);
     Value picked = ir::Reduce(ir::ReduceKind::kSum, ir::Select(onehot, x, ir::Full(0, x.shape())), {1});
@@ -129,6 +130,7 @@ void AddNnRows(std::vector<OpRow>& rows) {
     Value w = a.V(0), idx = a.V(1);
     if (w.rank() != 2) a.Fail("'weight' must be 2-D");
     int64_t n = idx.shape().numel(), d = w.dims()[1];
+    CheckIndexRange(idx, 0, w.dims()[0], "embedding: index out of range in self", a.device);
     Value i1 = ir::Reshape(Cast(idx, DType::kS64), {n, 1});
     Value rows_ = ir::Gather(w, i1, {1}, {0}, {0}, 1, {1, d});
     std::vector<int64_t> out = idx.dims();
