@@ -190,3 +190,29 @@ def test_xm_rng_state_roundtrip():
     assert torch.equal(x.cpu(), y.cpu())
     with pytest.raises(TypeError):
         xm.set_rng_state("not a seed")
+
+
+RNG_OPS = {
+    "rand": lambda d: torch.rand(64, device=d),
+    "randn": lambda d: torch.randn(64, device=d),
+    "randint": lambda d: torch.randint(0, 1000, (64,), device=d),
+    "normal_": lambda d: torch.empty(64, device=d).normal_(),
+    "uniform_": lambda d: torch.empty(64, device=d).uniform_(-2, 2),
+    "dropout": lambda d: torch.nn.functional.dropout(torch.ones(64, device=d), 0.5),
+    "bernoulli": lambda d: torch.bernoulli(torch.full((64,), 0.5, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", list(RNG_OPS))
+def test_manual_seed_controls_rng_op(name):
+    dev = torch_xla.device()
+    draws = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(1000 + len(draws))  # the CPU generator must not matter
+        torch_xla.manual_seed(seed)
+        r = RNG_OPS[name](dev)
+        torch_xla.sync()
+        draws.append(r.cpu())
+    assert draws[0].shape == RNG_OPS[name]("cpu").shape
+    assert torch.equal(draws[0], draws[1]), "same torch_xla seed, different numbers"
+    assert not torch.equal(draws[0], draws[2]), "different torch_xla seed, same numbers"

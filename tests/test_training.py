@@ -36,17 +36,22 @@ def _aten_fallbacks():
     return sorted(n for n in met.counter_names() if n.startswith("aten::"))
 
 
-def _train(make_model, make_opt, batches, device):
+def _train(make_model, make_opt, batches, device, clip=None, lr_decay=None):
     """Trains from the same CPU-initialised weights; returns (losses, UncachedCompile after each step)."""
     model = make_model().to(device)
     opt = make_opt(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_decay ** s) if lr_decay else None
     losses, uncached = [], []
     for inputs, target, loss_fn in batches:
         inputs, target = inputs.to(device), target.to(device)
         opt.zero_grad()
         loss = loss_fn(model, inputs, target)
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+        if sched is not None:
+            sched.step()  # a new Python-float lr every step: must not recompile
         if device != "cpu":
             torch_xla.sync()
             uncached.append(met.counter_value("UncachedCompile") or 0)
@@ -103,6 +108,15 @@ def test_mlp_training_matches_cpu(opt_name, clean_metrics):
     # Final weights agree too (20 updates of accumulated ulp noise; measured <2e-7 abs).
     for (name, pc), px in zip(cpu_model.named_parameters(), xla_model.parameters()):
         torch.testing.assert_close(px.cpu(), pc, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_mlp_clip_grad_norm_and_lr_schedule_match_cpu(clean_metrics):
+    batches = _mlp_batches()
+    make_opt = OPTIMIZERS["sgd_momentum"]
+    kw = dict(clip=0.5, lr_decay=0.93)
+    cpu_losses, _, _ = _train(_mlp, make_opt, batches, "cpu", **kw)
+    xla_losses, uncached, _ = _train(_mlp, make_opt, batches, torch_xla.device(), **kw)
+    _check(cpu_losses, xla_losses, uncached)
 
 
 # ----------------------------------------------------------------------------- GPT

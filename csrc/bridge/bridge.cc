@@ -588,6 +588,15 @@ C10_REGISTER_GUARD_IMPL(XLA, XlaGuardImpl);
 
 }  // namespace
 
+namespace {
+std::vector<std::string>& RowsRegistered() {
+  static auto* v = new std::vector<std::string>();
+  return *v;
+}
+}  // namespace
+
+std::vector<std::string> RegisteredRows() { return RowsRegistered(); }
+
 void RegisterKernels() {
   static torch::Library* lib = nullptr;
   if (lib) return;
@@ -634,6 +643,7 @@ void RegisterKernels() {
       }
       std::string full = vname + (vover.empty() ? "" : "." + vover);
       if (!registered.insert(full).second) continue;
+      if (vname == name && vover == overload) RowsRegistered().push_back(row.aten);
       lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RowKernel>(&row)));
     }
   }

@@ -38,5 +38,7 @@ at::Tensor ToCpu(const graph::TensorPtr& t);
 graph::TensorPtr FromCpu(const at::Tensor& cpu, int device);
 
 void RegisterKernels();
+// The op-table rows registered with the dispatcher in this torch release (by their own names).
+std::vector<std::string> RegisteredRows();
 
 }  // namespace txla::bridge

@@ -27,14 +27,16 @@ PYBIND11_MODULE(_C, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ir::ShapeError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      PyErr_SetString(PyExc_RuntimeError, e.what());  // as eager's shape errors
     } catch (const runtime::PjrtError& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
   });
 
   m.def("_set_config_resolver", [](py::function fn) {
-    auto holder = std::make_shared<py::function>(std::move(fn));
+    // Deliberately never freed: a py::function must not be released by C++ static destructors
+    // after the interpreter has finalized (that aborts the process at exit).
+    auto* holder = new py::function(std::move(fn));
     graph::SetConfigResolver([holder]() {
       py::gil_scoped_acquire gil;
       py::tuple t = (*holder)();
@@ -159,9 +161,5 @@ PYBIND11_MODULE(_C, m) {
                    (int64_t)t.key_set().has_backend(c10::BackendComponent::XLABit)});
     return out;
   });
-  m.def("_lowered_ops", []() {
-    std::vector<std::string> names;
-    for (const auto& r : ops::OpTable()) names.push_back(r.aten);
-    return names;
-  });
+  m.def("_lowered_ops", []() { return bridge::RegisteredRows(); });
 }

@@ -305,6 +305,8 @@ class Emitter {
         std::string region;
         if (A.n == 1) {
           region = BinaryRegion(t == DType::kPred ? "stablehlo.or" : "stablehlo.add", t);
+        } else if (A.n == 2) {
+          region = BinaryRegion(t == DType::kPred ? "stablehlo.and" : "stablehlo.multiply", t);
         } else {
           std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
           std::string st = ScalarT(t);

@@ -248,12 +248,6 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     return {GeluBackward(a.V(0), a.V(1), a.IsNone(2) ? "none" : a.Str(2))};
   }});
   rows.push_back({"silu", [](OpArgs& a) -> V { return {ir::Binary(Op::kMul, a.V(0), Sigmoid(a.V(0)))}; }});
-  rows.push_back({"silu_backward", [](OpArgs& a) -> V {
-    Value x = a.V(1), s = Sigmoid(x);
-    Value one = ir::Full(1, x.shape());
-    Value d = ir::Binary(Op::kMul, s, ir::Binary(Op::kAdd, one, ir::Binary(Op::kMul, x, ir::Binary(Op::kSub, one, s))));
-    return {Bin(Op::kMul, a.V(0), d)};
-  }});
   rows.push_back({"sigmoid_backward", [](OpArgs& a) -> V {
     Value y = a.V(1);
     return {Bin(Op::kMul, a.V(0), ir::Binary(Op::kMul, y, ir::Binary(Op::kSub, ir::Full(1, y.shape()), y)))};

@@ -67,6 +67,38 @@ Value GatherDim(const Value& x, int64_t dim, const Value& index) {
   (void)n;
 }
 
+Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add);
+
+// scatter(..., reduce="add" | "multiply"): combine into self.
+Value ScatterReduce(const Value& self, int64_t dim, const Value& index, const Value& src, const std::string& reduce,
+                    const OpArgs& a) {
+  if (reduce == "add") return ScatterDim(self, dim, index, src, true);
+  if (reduce != "multiply") a.Fail("reduce argument must be either add or multiply, got " + reduce);
+  // Multiply: scatter the factors into ones (products of duplicates), then multiply self.
+  Value ones = ir::Full(1, self.shape());
+  int r = self.rank();
+  if (index.shape().numel() == 0) return self;
+  if (r == 0) {
+    Value one = ScatterReduce(ir::Reshape(self, {1}), 0, ir::Reshape(index, {1}), ir::Reshape(src, {src.shape().numel()}),
+                              reduce, a);
+    return ir::Reshape(one, {});
+  }
+  int64_t n = index.shape().numel();
+  std::vector<Value> cols;
+  ir::Shape is(DType::kS64, index.dims());
+  for (int d = 0; d < r; ++d) cols.push_back(ir::Reshape(d == dim ? Cast(index, DType::kS64) : ir::Iota(is, d), {n, 1}));
+  Value coords = ir::Concatenate(cols, 1);
+  Value s = src;
+  if (s.dims() != index.dims()) {
+    std::vector<int64_t> st(r, 0), lim = index.dims(), str(r, 1);
+    s = ir::Slice(s, st, lim, str);
+  }
+  std::vector<int64_t> all(r);
+  std::iota(all.begin(), all.end(), 0);
+  Value factors = ir::Scatter(ones, coords, ir::Reshape(Cast(s, self.dtype()), {n}), {}, all, all, 1, 2);
+  return ir::Binary(Op::kMul, self, factors);
+}
+
 Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add) {
   int r = self.rank();
   if (index.shape().numel() == 0) return self;
@@ -498,6 +530,19 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     Value v = BroadcastTo(ScalarV(a.S(3), x.dtype(), a.device), idx.dims());
     return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), idx, v, false)};
   }});
+  rows.push_back({"scatter.reduce", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2);
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    CheckDim(x, d, idx, "scatter", a.device);
+    return {ScatterReduce(x, d, idx, a.V(3), a.Str(4), a)};
+  }});
+  rows.push_back({"scatter.value_reduce", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2);
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    CheckDim(x, d, idx, "scatter", a.device);
+    Value v = BroadcastTo(ScalarV(a.S(3), x.dtype(), a.device), idx.dims());
+    return {ScatterReduce(x, d, idx, v, a.Str(4), a)};
+  }});
   rows.push_back({"scatter_add", [](OpArgs& a) -> V {
     Value x = a.V(0);
     CheckDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), "scatter_add", a.device);
@@ -596,11 +641,6 @@ void AddIndexRows(std::vector<OpRow>& rows) {
       return {ir::Compare(CompareDir::kEQ, x, ir::Full(neg ? -inf : inf, x.shape()))};
     }});
   }
-  rows.push_back({"isfinite", [](OpArgs& a) -> V {
-    Value x = a.V(0);
-    if (ir::IsIntegral(x.dtype(), true)) return {ir::Full(1, ir::Shape(DType::kPred, x.dims()))};
-    return {ir::Unary(Op::kIsFinite, x)};
-  }});
   rows.push_back({"nan_to_num", [](OpArgs& a) -> V {
     Value x = a.V(0);
     if (ir::IsIntegral(x.dtype(), true)) return {x};
