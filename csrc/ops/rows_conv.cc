@@ -94,8 +94,33 @@ Value ConvInputGrad(const Value& dy, const Value& x, const Value& w, const ConvP
   return ir::Convolution(dy, kern, ones, pads, p.stride, p.dilation, p.groups, 1);
 }
 
-// d(conv(x, w))/dw given dy: correlate x (channels as batch) with dy.
+Value ConvWeightGradOneGroup(const Value& dy, const Value& x, const std::vector<int64_t>& kernel_spatial,
+                             const ConvParams& p);
+
+// d(conv(x, w))/dw given dy. XLA:CPU runs the batch_group_count form of a grouped weight gradient
+// ~15x slower than plain convolutions (measured: 35 ms vs 2.4 ms for 32 channels, 2 groups), so
+// up to 8 groups we convolve each group's channels separately and concatenate.
 Value ConvWeightGrad(const Value& dy, const Value& x, const std::vector<int64_t>& kernel_spatial, const ConvParams& p) {
+  if (p.groups <= 1 || p.groups > 8) return ConvWeightGradOneGroup(dy, x, kernel_spatial, p);
+  int64_t g = p.groups, cg = x.dims()[1] / g, og = dy.dims()[1] / g;
+  ConvParams one = p;
+  one.groups = 1;
+  std::vector<Value> parts;
+  auto channels = [](const Value& v, int64_t start, int64_t n) {
+    std::vector<int64_t> st(v.rank(), 0), lim = v.dims(), str(v.rank(), 1);
+    st[1] = start;
+    lim[1] = start + n;
+    return ir::Slice(v, st, lim, str);
+  };
+  for (int64_t j = 0; j < g; ++j) {
+    parts.push_back(ConvWeightGradOneGroup(channels(dy, j * og, og), channels(x, j * cg, cg), kernel_spatial, one));
+  }
+  return ir::Concatenate(parts, 0);
+}
+
+// Correlates x (channels as batch) with dy; batch_group_count handles groups.
+Value ConvWeightGradOneGroup(const Value& dy, const Value& x, const std::vector<int64_t>& kernel_spatial,
+                             const ConvParams& p) {
   std::vector<int64_t> pads;
   for (int i = 0; i < p.nsp; ++i) {
     int64_t in = x.dims()[2 + i], out = dy.dims()[2 + i], k = kernel_spatial[i];
