@@ -323,71 +323,50 @@ std::vector<int64_t> Mask(const OpArgs& a, size_t k) {
   return a.Ints(k);
 }
 
+// (input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+V ConvolutionRow(OpArgs& a) {
+  Value x = a.V(0), w = a.V(1);
+  auto bias = a.OptV(2);
+  if (x.dtype() != w.dtype()) {
+    a.Fail("Input type (" + std::string(ir::DTypeName(x.dtype())) + ") and weight type (" +
+           ir::DTypeName(w.dtype()) + ") should be the same");
+  }
+  Value y = ConvForward(x, w, ReadConv(a, 3, w), a.Bool(6));
+  if (bias) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*bias, y.dtype()), y));
+  return {y};
+}
+
+// (grad_output, input, weight, [bias_sizes,] stride, padding, dilation, transposed, output_padding,
+// groups, output_mask): `first` is the position of stride.
+V ConvolutionBackward(OpArgs& a, size_t first) {
+  Value dy = a.V(0), x = a.V(1), w = a.V(2);
+  ConvParams p = ReadConv(a, first, w);
+  bool transposed = a.Bool(first + 3);
+  auto mask = Mask(a, first + 6);
+  V out(3);
+  if (!transposed) {
+    if (mask[0]) out[0] = ConvInputGrad(dy, x, w, p);
+    if (mask[1]) out[1] = ConvWeightGrad(dy, x, SpatialOf(w), p);
+  } else {
+    // y = conv_transpose(x, w): dx = conv(dy, w); dw correlates dy (as input) with x.
+    std::vector<int64_t> pads, ones(p.nsp, 1);
+    for (int i = 0; i < p.nsp; ++i) { pads.push_back(p.padding[i]); pads.push_back(p.padding[i]); }
+    if (mask[0]) out[0] = ir::Convolution(dy, w, p.stride, pads, ones, p.dilation, p.groups, 1);
+    if (mask[1]) out[1] = ConvWeightGrad(x, dy, SpatialOf(w), p);
+  }
+  if (mask[2]) out[2] = SumAllBut(dy, 1);
+  return out;
+}
+
 }  // namespace
 
 void AddConvRows(std::vector<OpRow>& rows) {
-  rows.push_back({"convolution_overrideable", [](OpArgs& a) -> V {
-    Value x = a.V(0), w = a.V(1);
-    auto bias = a.OptV(2);
-    ConvParams p = ReadConv(a, 3, w);
-    bool transposed = a.Bool(6);
-    if (x.dtype() != w.dtype()) {
-      a.Fail("Input type (" + std::string(ir::DTypeName(x.dtype())) + ") and weight type (" +
-             ir::DTypeName(w.dtype()) + ") should be the same");
-    }
-    Value y = ConvForward(x, w, p, transposed);
-    if (bias) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*bias, y.dtype()), y));
-    return {y};
-  }});
-  rows.push_back({"convolution_backward_overrideable", [](OpArgs& a) -> V {
-    Value dy = a.V(0), x = a.V(1), w = a.V(2);
-    ConvParams p = ReadConv(a, 3, w);
-    bool transposed = a.Bool(6);
-    auto mask = Mask(a, 9);
-    V out(3);
-    if (!transposed) {
-      if (mask[0]) out[0] = ConvInputGrad(dy, x, w, p);
-      if (mask[1]) out[1] = ConvWeightGrad(dy, x, SpatialOf(w), p);
-    } else {
-      // y = conv_transpose(x, w): dx = conv(dy, w); dw correlates dy (as input) with x.
-      std::vector<int64_t> pads, ones(p.nsp, 1);
-      for (int i = 0; i < p.nsp; ++i) { pads.push_back(p.padding[i]); pads.push_back(p.padding[i]); }
-      if (mask[0]) out[0] = ir::Convolution(dy, w, p.stride, pads, ones, p.dilation, p.groups, 1);
-      if (mask[1]) out[1] = ConvWeightGrad(x, dy, SpatialOf(w), p);
-    }
-    if (mask[2]) out[2] = SumAllBut(dy, 1);
-    return out;
-  }});
-
-  // aten::convolution itself (args as the overrideable op plus nothing): taking it here keeps
-  // conv1d/conv3d's internal reshapes above functionalization; autograd then calls
-  // convolution_backward (with bias_sizes at position 3).
-  rows.push_back({"convolution", [](OpArgs& a) -> V {
-    Value x = a.V(0), w = a.V(1);
-    auto bias = a.OptV(2);
-    ConvParams p = ReadConv(a, 3, w);
-    Value y = ConvForward(x, w, p, a.Bool(6));
-    if (bias) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*bias, y.dtype()), y));
-    return {y};
-  }});
-  rows.push_back({"convolution_backward", [](OpArgs& a) -> V {
-    Value dy = a.V(0), x = a.V(1), w = a.V(2);
-    ConvParams p = ReadConv(a, 4, w);
-    bool transposed = a.Bool(7);
-    auto mask = Mask(a, 10);
-    V out(3);
-    if (!transposed) {
-      if (mask[0]) out[0] = ConvInputGrad(dy, x, w, p);
-      if (mask[1]) out[1] = ConvWeightGrad(dy, x, SpatialOf(w), p);
-    } else {
-      std::vector<int64_t> pads, ones(p.nsp, 1);
-      for (int i = 0; i < p.nsp; ++i) { pads.push_back(p.padding[i]); pads.push_back(p.padding[i]); }
-      if (mask[0]) out[0] = ir::Convolution(dy, w, p.stride, pads, ones, p.dilation, p.groups, 1);
-      if (mask[1]) out[1] = ConvWeightGrad(x, dy, SpatialOf(w), p);
-    }
-    if (mask[2]) out[2] = SumAllBut(dy, 1);
-    return out;
-  }});
+  rows.push_back({"convolution_overrideable", ConvolutionRow});
+  // aten::convolution itself is taken too: conv1d/conv3d's internal reshapes then stay above
+  // functionalization. Its backward carries bias_sizes at position 3, the overrideable one does not.
+  rows.push_back({"convolution", ConvolutionRow});
+  rows.push_back({"convolution_backward_overrideable", [](OpArgs& a) -> V { return ConvolutionBackward(a, 3); }});
+  rows.push_back({"convolution_backward", [](OpArgs& a) -> V { return ConvolutionBackward(a, 4); }});
   rows.push_back({"max_pool2d_with_indices", [](OpArgs& a) -> V {
     Value x = a.V(0);
     PoolGeom g = Pool(x, 2, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));
