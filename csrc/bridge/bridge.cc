@@ -7,6 +7,13 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
+#include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/addcdiv_meta_dispatch.h>
+#include <ATen/ops/addcmul_meta_dispatch.h>
+#include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/lerp_meta_dispatch.h>
+#include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/sqrt_meta_dispatch.h>
 
 #include <cstdlib>
 #include <optional>
@@ -586,6 +593,44 @@ struct XlaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 thread_local c10::DeviceIndex XlaGuardImpl::current = 0;
 C10_REGISTER_GUARD_IMPL(XLA, XlaGuardImpl);
 
+// ---- Meta kernels of hot in-place ops.
+// Functionalization replays every in-place op on meta tensors first (to raise eager's shape and
+// dtype errors). `import torch` installs Python meta kernels for these ops, which made that replay
+// about half of the tracing time of an optimizer step (measured: GPT-2-style step tracing 12.6 ms,
+// 5.7 ms without the replay). We register torch's own C++ structured meta implementations
+// (at::meta::*) instead: same checks, C++ speed. TXLA_CPP_INPLACE_META=0 keeps torch's.
+at::Tensor& MetaAdd_(at::Tensor& s, const at::Tensor& o, const at::Scalar& a) { return at::meta::add_(s, o, a); }
+at::Tensor& MetaMul_(at::Tensor& s, const at::Tensor& o) { return at::meta::mul_(s, o); }
+at::Tensor& MetaDiv_(at::Tensor& s, const at::Tensor& o) { return at::meta::div_(s, o); }
+at::Tensor& MetaAddcdiv_(at::Tensor& s, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  return at::meta::addcdiv_(s, a, b, v);
+}
+at::Tensor& MetaAddcmul_(at::Tensor& s, const at::Tensor& a, const at::Tensor& b, const at::Scalar& v) {
+  return at::meta::addcmul_(s, a, b, v);
+}
+at::Tensor& MetaLerpScalar_(at::Tensor& s, const at::Tensor& e, const at::Scalar& w) { return at::meta::lerp_(s, e, w); }
+at::Tensor& MetaLerpTensor_(at::Tensor& s, const at::Tensor& e, const at::Tensor& w) { return at::meta::lerp_(s, e, w); }
+at::Tensor& MetaSqrt_(at::Tensor& s) { return at::meta::sqrt_(s); }
+
+void RegisterInplaceMetaKernels() {
+  const char* env = std::getenv("TXLA_CPP_INPLACE_META");
+  if (env && std::string(env) == "0") return;
+  struct Quiet : c10::WarningHandler {
+    void process(const c10::Warning&) override {}  // the override below is deliberate
+  } quiet;
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  static torch::Library* meta =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
+  meta->impl("add_.Tensor", TORCH_FN(MetaAdd_));
+  meta->impl("mul_.Tensor", TORCH_FN(MetaMul_));
+  meta->impl("div_.Tensor", TORCH_FN(MetaDiv_));
+  meta->impl("addcdiv_", TORCH_FN(MetaAddcdiv_));
+  meta->impl("addcmul_", TORCH_FN(MetaAddcmul_));
+  meta->impl("lerp_.Scalar", TORCH_FN(MetaLerpScalar_));
+  meta->impl("lerp_.Tensor", TORCH_FN(MetaLerpTensor_));
+  meta->impl("sqrt_", TORCH_FN(MetaSqrt_));
+}
+
 }  // namespace
 
 namespace {
@@ -662,6 +707,7 @@ void RegisterKernels() {
       lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
     }
   }
+  RegisterInplaceMetaKernels();
   static torch::Library* fallback =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
   fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
