@@ -16,6 +16,7 @@
 #include <ATen/ops/sqrt_meta_dispatch.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -210,7 +211,11 @@ ops::Scalar ToScalar(const c10::IValue& v) {
   else if (v.isSymInt()) { s.kind = ops::Scalar::kInt; s.i = v.toSymInt().guard_int(__FILE__, __LINE__); }
   else if (v.isDouble()) { s.kind = ops::Scalar::kFloat; s.f = v.toDouble(); }
   else if (v.isSymFloat()) { s.kind = ops::Scalar::kFloat; s.f = v.toSymFloat().guard_float(__FILE__, __LINE__); }
-  else if (v.isComplexDouble()) { s.kind = ops::Scalar::kComplex; s.f = v.toComplexDouble().real(); }
+  else if (v.isComplexDouble()) {
+    s.kind = ops::Scalar::kComplex;
+    s.f = v.toComplexDouble().real();
+    s.im = v.toComplexDouble().imag();
+  }
   else {
     at::Scalar sc = v.toScalar();
     if (sc.isIntegral(false)) { s.kind = ops::Scalar::kInt; s.i = sc.toLong(); }
@@ -234,6 +239,7 @@ class RowKernel : public c10::OperatorKernel {
  public:
   explicit RowKernel(const ops::OpRow* row)
       : row_(row), allow_cpu_tensors_(row->aten == "copy"),
+        shares_input_(row->aten == "alias_copy" || row->aten == "detach_copy"),
         counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
     // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
     std::string base = row->aten.substr(0, row->aten.find('.'));
@@ -247,9 +253,9 @@ class RowKernel : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     counter_->fetch_add(1, std::memory_order_relaxed);
     const auto& schema = op.schema();
-    if (classes_.empty()) {
+    std::call_once(classes_once_, [&] {  // autograd may run the first call on a device thread
       for (const auto& a : schema.arguments()) classes_.push_back(Classify(a));
-    }
+    });
     size_t n = schema.arguments().size();
     auto ivs = torch::jit::last(*stack, n);
     ops::OpArgs args;
@@ -290,6 +296,11 @@ class RowKernel : public c10::OperatorKernel {
         at::Tensor dst = ivs[aliased].toTensor();
         Assign(dst, outs.at(r));
         results.emplace_back(dst);
+      } else if (shares_input_ && r == 0 && ivs[0].isTensor()) {
+        // alias/detach: share the lazy tensor, so writes done below functionalization (running
+        // statistics of native_batch_norm, copy_ from a fallback) are seen through every alias.
+        auto x = TryGetXla(ivs[0].toTensor());
+        results.emplace_back(x ? at::Tensor(c10::make_intrusive<XLATensorImpl>(x)) : Wrap(outs[r], device));
       } else {
         results.emplace_back(r < outs.size() ? Wrap(outs[r], device) : at::Tensor());
       }
@@ -414,7 +425,9 @@ class RowKernel : public c10::OperatorKernel {
       DType dt = ToDType(t.scalar_type());
       at::Scalar s = t.item();
       if (s.isFloatingPoint()) ta.v = graph::ScalarValue(s.toDouble(), 0, dt, device);
-      else if (s.isComplex()) ta.v = graph::ScalarValue(s.toComplexDouble().real(), 0, dt, device);
+      else if (s.isComplex()) {
+        ta.v = graph::ScalarValue(s.toComplexDouble().real(), 0, dt, device, s.toComplexDouble().imag());
+      }
       else ta.v = graph::ScalarValue(static_cast<double>(s.toLong()), s.toLong(), dt, device);
       return ta;
     }
@@ -462,16 +475,31 @@ class RowKernel : public c10::OperatorKernel {
 
   const ops::OpRow* row_;
   bool allow_cpu_tensors_;
+  bool shares_input_;
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;
+  std::once_flag classes_once_;
 };
 
 // ------------------------------------------------------------------ fallback and data movement
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  metrics::IncrementCounter(op.schema().name());
+  const std::string& name = op.schema().name();
+  if (name.rfind("aten::as_strided", 0) == 0) {
+    // On the CPU the input is a dense copy of the view: its storage layout is lost. That is only
+    // the same storage for a contiguous tensor at offset 0; anything else would read wrong elements.
+    const auto& args = op.schema().arguments();
+    auto ivs = torch::jit::last(*stack, args.size());
+    if (!ivs.empty() && ivs[0].isTensor() && TryGetXla(ivs[0].toTensor())) {
+      const at::Tensor& t = ivs[0].toTensor();
+      TORCH_CHECK(t.storage_offset() == 0 && t.is_contiguous(), name,
+                  " on a view (storage offset ", t.storage_offset(), ", strides ", t.strides(),
+                  ") of an XLA tensor is not supported: call .contiguous() (or .clone()) first");
+    }
+  }
+  metrics::IncrementCounter(name);
   static bool debug = [] {
     const char* e = std::getenv("PT_XLA_DEBUG");
     return e && *e && std::string(e) != "0";

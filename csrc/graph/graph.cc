@@ -1,6 +1,7 @@
 #include "graph/graph.h"
 
 #include <atomic>
+#include <thread>
 #include <cerrno>
 #include <fstream>
 #include <sys/stat.h>
@@ -54,6 +55,7 @@ TensorData::~TensorData() {
 }
 
 Value TensorData::GetValue() {
+  if (!error_.empty()) throw std::runtime_error("this XLA tensor has no value: " + error_);
   if (pending_) return pending_;
   if (!data_node_) {
     if (!data_) throw std::runtime_error("internal: XLA tensor has neither data nor a pending value");
@@ -74,6 +76,13 @@ void TensorData::SetPending(Value v) {
     data_node_ = pending_;
     pending_ = Value();
   }
+}
+
+void TensorData::SetError(std::string message) {
+  error_ = std::move(message);
+  pending_ = Value();
+  data_ = nullptr;
+  data_node_ = Value();
 }
 
 void TensorData::SetData(ir::DeviceDataPtr d) {
@@ -159,6 +168,7 @@ TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device) {
 }
 
 void TensorToHost(const TensorPtr& t, void* dst) {
+  if (!t->error().empty()) throw std::runtime_error("this XLA tensor has no value: " + t->error());
   if (t->HasPending()) {
     std::vector<TensorPtr> one{t};
     SyncTensors(&one, SyncOptions{});
@@ -175,7 +185,7 @@ void TensorToHost(const TensorPtr& t, void* dst) {
 
 // ------------------------------------------------------------------ scalars
 namespace {
-void ScalarBytes(double v, int64_t iv, DType t, char* out) {
+void ScalarBytes(double v, int64_t iv, DType t, char* out, double imag) {
   switch (t) {
     case DType::kPred: { uint8_t b = (v != 0 || iv != 0); std::memcpy(out, &b, 1); return; }
     case DType::kS8: { int8_t b = static_cast<int8_t>(iv); std::memcpy(out, &b, 1); return; }
@@ -189,8 +199,8 @@ void ScalarBytes(double v, int64_t iv, DType t, char* out) {
     case DType::kBF16: { uint16_t b = FloatToBf16Bits(static_cast<float>(v)); std::memcpy(out, &b, 2); return; }
     case DType::kF32: { float b = static_cast<float>(v); std::memcpy(out, &b, 4); return; }
     case DType::kF64: { std::memcpy(out, &v, 8); return; }
-    case DType::kC64: { float b[2] = {static_cast<float>(v), 0.f}; std::memcpy(out, b, 8); return; }
-    case DType::kC128: { double b[2] = {v, 0.0}; std::memcpy(out, b, 16); return; }
+    case DType::kC64: { float b[2] = {static_cast<float>(v), static_cast<float>(imag)}; std::memcpy(out, b, 8); return; }
+    case DType::kC128: { double b[2] = {v, imag}; std::memcpy(out, b, 16); return; }
   }
 }
 
@@ -199,8 +209,9 @@ struct ScalarKey {
   DType t;
   uint64_t bits;
   int64_t iv;
+  uint64_t imag_bits;
   bool operator<(const ScalarKey& o) const {
-    return std::tie(device, t, bits, iv) < std::tie(o.device, o.t, o.bits, o.iv);
+    return std::tie(device, t, bits, iv, imag_bits) < std::tie(o.device, o.t, o.bits, o.iv, o.imag_bits);
   }
 };
 std::mutex g_scalar_mu;
@@ -210,21 +221,22 @@ std::map<ScalarKey, Value>& ScalarCache() {
 }
 }  // namespace
 
-Value ScalarValue(double v, int64_t iv, DType t, int device) {
+Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
   bool is_int = ir::IsIntegral(t, true);
-  if ((is_int && (iv == 0 || iv == 1)) || (!is_int && (v == 0.0 || v == 1.0) && !std::signbit(v))) {
+  if (imag == 0 && ((is_int && (iv == 0 || iv == 1)) || (!is_int && (v == 0.0 || v == 1.0) && !std::signbit(v)))) {
     return is_int ? ir::ConstantInt(iv, t) : ir::Constant(v, t);
   }
-  uint64_t bits;
+  uint64_t bits, ibits;
   std::memcpy(&bits, &v, 8);
-  ScalarKey key{device, t, is_int ? 0 : bits, is_int ? iv : 0};
+  std::memcpy(&ibits, &imag, 8);
+  ScalarKey key{device, t, is_int ? 0 : bits, is_int ? iv : 0, ibits};
   std::lock_guard<std::mutex> g(g_scalar_mu);
   auto& cache = ScalarCache();
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() > 4096) cache.clear();
   char bytes[16];
-  ScalarBytes(v, iv, t, bytes);
+  ScalarBytes(v, iv, t, bytes, imag);
   ir::Shape shape(t, {});
   runtime::Buffer buf = GetClient().ToDevice(bytes, t, {}, device);
   Value node = ir::MakeDeviceData(std::make_shared<ir::DeviceData>(std::move(buf), shape, device));
@@ -418,7 +430,10 @@ void WriteCacheEntry(const std::string& path, const Hash128& key, const std::str
   blob.append(reinterpret_cast<const char*>(&len), 8);
   blob += payload;
   blob.append(reinterpret_cast<const char*>(&sum), 8);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + "." +
+                    std::to_string(counter++);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(blob.data(), static_cast<std::streamsize>(blob.size()));
@@ -439,6 +454,10 @@ Hash128 PersistentKey(const std::string& text, const runtime::CompileOptions& op
   Hash128 h{0x5EEDULL, 0xCAFEULL};
   h = HashAll(h, text, runtime::EncodeCompileOptions(opts), c.PlatformName(), c.PlatformVersion(),
               static_cast<int64_t>(c.ApiMajor()), static_cast<int64_t>(c.ApiMinor()), Config().plugin_path);
+  struct stat st;  // the plugin build: PlatformVersion alone does not change when the plugin is upgraded
+  if (::stat(Config().plugin_path.c_str(), &st) == 0) {
+    h = HashAll(h, static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
+  }
   const char* flags = std::getenv("XLA_FLAGS");
   h = HashAll(h, std::string(flags ? flags : ""), static_cast<int64_t>(c.NumDevices()));
   for (int i = 0; i < c.NumDevices(); ++i) h = HashAll(h, c.DeviceKind(i));
@@ -569,7 +588,13 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
     }
     metrics::IncrementCounter("UncachedCompile");
     if (!g_cache_dir.empty() && !g_cache_readonly) {
-      WriteCacheEntry(CacheFile(pkey), pkey, comp->exe.Serialize());
+      try {  // best effort: the executable is good even if the cache cannot store it
+        WriteCacheEntry(CacheFile(pkey), pkey, comp->exe.Serialize());
+      } catch (const std::exception& e) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true)) std::fprintf(stderr, "[torch_xla] persistent cache: %s\n", e.what());
+        metrics::IncrementCounter("PersistentCacheWriteError");
+      }
     }
   }
   std::lock_guard<std::mutex> g(g_cache_mu);
@@ -603,7 +628,14 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   PostOrder po = ComputePostOrder(roots);
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   Hash128 key = GraphHash(po, roots, device);
-  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts);
+  std::shared_ptr<Computation> comp;
+  try {
+    comp = LookupOrCompile(key, po, roots, device, opts);
+  } catch (const std::exception& e) {
+    // These tensors cannot be computed: mark them, so later syncs of other work still run.
+    for (auto& t : tensors) t->SetError(e.what());
+    throw;
+  }
   if (opts.executed) opts.executed->push_back(key);
 
   std::vector<PJRT_Buffer*> args;
@@ -649,6 +681,12 @@ std::vector<Value> RootsOf(const std::vector<TensorPtr>& tensors) {
 
 void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts) {
   std::vector<TensorPtr> all = tensors ? *tensors : LiveTensors();
+  if (opts.eager) {  // eager ops that used the RNG also advance the seed: run it too, or its chain grows
+    std::lock_guard<std::mutex> g(g_rng_mu);
+    for (auto& [device, seed] : Seeds()) {
+      if (seed->HasPending()) all.push_back(seed);
+    }
+  }
   std::map<int, std::vector<TensorPtr>> by_device;
   std::unordered_set<int64_t> seen;
   for (auto& t : all) {

@@ -31,6 +31,10 @@ class TensorData {
   const ir::DeviceDataPtr& data() const { return data_; }
   void SetPending(ir::Value v);
   void SetData(ir::DeviceDataPtr d);
+  // The graph computing this tensor failed (e.g. did not compile): later uses raise `message`
+  // instead of failing every later sync.
+  void SetError(std::string message);
+  const std::string& error() const { return error_; }
 
  private:
   int64_t id_;
@@ -39,6 +43,7 @@ class TensorData {
   ir::DeviceDataPtr data_;
   ir::Value data_node_;  // cached leaf for data_
   ir::Value pending_;
+  std::string error_;
 };
 using TensorPtr = std::shared_ptr<TensorData>;
 
@@ -63,7 +68,7 @@ void CheckDevice(int device);  // throws std::out_of_range with a clear message
 
 // ---- Scalars as graph inputs: 0 and 1 are constants; other values are uploaded once and cached,
 // so changing a scalar (learning rate, bias correction) never recompiles.
-ir::Value ScalarValue(double v, int64_t iv, ir::DType t, int device);
+ir::Value ScalarValue(double v, int64_t iv, ir::DType t, int device, double imag = 0);
 
 // ---- Device RNG: the seed is a device tensor, a graph input.
 void SetSeed(uint64_t seed, int device);

@@ -120,6 +120,11 @@ int64_t NormalizeDim(int64_t dim, int rank) {
 
 std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank) {
   for (auto& d : dims) d = NormalizeDim(d, rank);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    for (size_t j = i + 1; j < dims.size(); ++j) {
+      if (dims[i] == dims[j]) Fail("dim " + std::to_string(dims[i]) + " appears multiple times in the list of dims");
+    }
+  }
   return dims;
 }
 
@@ -162,6 +167,8 @@ Value Convert(const Value& x, DType t) {
 }
 
 Value Unary(Op op, const Value& x) {
+  // Unsigned integers: abs is the identity (StableHLO's abs rejects them).
+  if (op == Op::kAbs && IsUnsigned(x.dtype())) return x;
   Shape s = x.shape();
   if (op == Op::kIsFinite) s.dtype = DType::kPred;
   if (op == Op::kReal || op == Op::kImag || (op == Op::kAbs && IsComplex(x.dtype()))) {
@@ -257,6 +264,9 @@ Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector
 
 Value Concatenate(const std::vector<Value>& xs, int64_t dim) {
   if (xs.empty()) Fail("concatenate: no inputs");
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].rank() == 0) Fail("zero-dimensional tensor (at position " + std::to_string(i) + ") cannot be concatenated");
+  }
   if (xs.size() == 1) return xs[0];
   std::vector<int64_t> dims = xs[0].dims();
   dim = NormalizeDim(dim, xs[0].rank());
@@ -290,7 +300,7 @@ Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& lo
 }
 
 Value Reverse(const Value& x, const std::vector<int64_t>& dims) {
-  if (dims.empty()) return x;
+  if (dims.empty() || x.rank() == 0) return x;
   Attrs a;
   a.ints = {NormalizeDims(dims, x.rank())};
   return Make(Op::kReverse, {x}, x.shape(), a);
@@ -312,6 +322,7 @@ Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<
 
 Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_in) {
   std::vector<int64_t> dims = NormalizeDims(dims_in, x.rank());
+  if (x.rank() == 0) return x;  // reducing a scalar over dim 0/-1 is the identity, as eager
   std::sort(dims.begin(), dims.end());
   dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
   if (dims.empty()) return x;
@@ -353,6 +364,7 @@ Value ReduceWindow(ReduceKind kind, const Value& x, const Value& init, const std
 
 Value Cumulative(ReduceKind kind, const Value& x, int64_t dim) {
   dim = NormalizeDim(dim, x.rank());
+  if (x.rank() == 0 || x.shape().numel() == 0) return x;
   Attrs a;
   a.ints = {{dim}};
   a.n = static_cast<int64_t>(kind);

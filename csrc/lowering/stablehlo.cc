@@ -190,6 +190,44 @@ class Emitter {
     return "";
   }
 
+  // Eager's max/min propagate NaN; StableHLO's maximum/minimum on this XLA do not. For floats:
+  // select(isnan(b), b, select(isnan(a), a, max(a, b))).
+  std::string NanMinMaxLines(const std::string& indent, const std::string& res, const char* op, const std::string& a,
+                             const std::string& b, const std::string& ty, const std::string& pty) {
+    std::string m = "%r" + std::to_string(next_++), na = "%r" + std::to_string(next_++);
+    std::string t1 = "%r" + std::to_string(next_++), nb = "%r" + std::to_string(next_++);
+    auto isnan = [&](const std::string& r, const std::string& v) {
+      return indent + r + " = \"stablehlo.compare\"(" + v + ", " + v +
+             ") {comparison_direction = #stablehlo<comparison_direction NE>, compare_type = "
+             "#stablehlo<comparison_type FLOAT>} : (" + ty + ", " + ty + ") -> " + pty + "\n";
+    };
+    return indent + m + " = \"" + op + "\"(" + a + ", " + b + ") : (" + ty + ", " + ty + ") -> " + ty + "\n" +
+           isnan(na, a) + indent + t1 + " = \"stablehlo.select\"(" + na + ", " + a + ", " + m + ") : (" + pty +
+           ", " + ty + ", " + ty + ") -> " + ty + "\n" + isnan(nb, b) + indent + res + " = \"stablehlo.select\"(" +
+           nb + ", " + b + ", " + t1 + ") : (" + pty + ", " + ty + ", " + ty + ") -> " + ty + "\n";
+  }
+
+  void EmitNanMinMax(const Node& n) {
+    const Shape& out = n.shapes[0];
+    Shape pred(DType::kPred, out.dims);
+    std::string res = Fresh();
+    names_[&n] = res;
+    body_ << NanMinMaxLines("    ", res, n.op == Op::kMax ? "stablehlo.maximum" : "stablehlo.minimum",
+                            Name(n.operands[0]), Name(n.operands[1]), T(out), T(pred));
+  }
+
+  // The region of a reduction of kind k over scalars of type t (NaN-propagating max/min for floats).
+  std::string ReducerRegion(ir::ReduceKind k, DType t) {
+    bool minmax = k == ir::ReduceKind::kMax || k == ir::ReduceKind::kMin;
+    if (!minmax || !ir::IsFloating(t)) return BinaryRegion(ReducerOp(k, t), t);
+    std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
+    std::string r = "%r" + std::to_string(next_++);
+    std::string st = ScalarT(t), pt = ScalarT(DType::kPred);
+    return "{\n    ^bb0(" + a + ": " + st + ", " + b + ": " + st + "):\n" +
+           NanMinMaxLines("      ", r, ReducerOp(k, t), a, b, st, pt) + "      \"stablehlo.return\"(" + r +
+           ") : (" + st + ") -> ()\n    }";
+  }
+
   // A region computing one binary op over scalars of type t.
   std::string BinaryRegion(const char* op, DType t) {
     std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
@@ -219,9 +257,16 @@ class Emitter {
       case Op::kCeil: case Op::kRoundEven: case Op::kRoundAfz: case Op::kSign: case Op::kLog1p:
       case Op::kExpm1: case Op::kNot: case Op::kIsFinite: case Op::kCbrt: case Op::kReal: case Op::kImag:
       case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kRem: case Op::kPow:
-      case Op::kMax: case Op::kMin: case Op::kAnd: case Op::kOr: case Op::kXor: case Op::kAtan2:
+      case Op::kAnd: case Op::kOr: case Op::kXor: case Op::kAtan2:
       case Op::kShiftLeft: case Op::kShiftRightArithmetic: case Op::kShiftRightLogical:
       case Op::kSelect: case Op::kClamp: case Op::kReshape:
+        Line(n, std::string("stablehlo.") + ir::OpName(n.op), "");
+        return;
+      case Op::kMax: case Op::kMin:
+        if (ir::IsFloating(out.dtype)) {
+          EmitNanMinMax(n);
+          return;
+        }
         Line(n, std::string("stablehlo.") + ir::OpName(n.op), "");
         return;
       case Op::kErf: Line(n, "chlo.erf", ""); return;
@@ -261,7 +306,7 @@ class Emitter {
       case Op::kArgReduce: EmitArgReduce(n); return;
       case Op::kReduceWindow: {
         auto kind = static_cast<ir::ReduceKind>(A.n);
-        std::string region = BinaryRegion(ReducerOp(kind, out.dtype), out.dtype);
+        std::string region = ReducerRegion(kind, out.dtype);
         Line(n, "stablehlo.reduce_window",
              "window_dimensions = " + I64Array(A.ints[0]) + ", window_strides = " + I64Array(A.ints[1]) +
                  ", base_dilations = " + I64Array(A.ints[2]) + ", window_dilations = " + I64Array(A.ints[3]) +
@@ -338,7 +383,7 @@ class Emitter {
     auto kind = static_cast<ir::ReduceKind>(n.attrs.n);
     DType t = n.shapes[0].dtype;
     std::string init = InitFor(kind, t);
-    std::string region = BinaryRegion(ReducerOp(kind, t), t);
+    std::string region = ReducerRegion(kind, t);
     std::string res = Fresh();
     names_[&n] = res;
     const Value& x = n.operands[0];
@@ -489,7 +534,7 @@ class Emitter {
     window[dim] = x.dims()[dim];
     pad[2 * dim] = x.dims()[dim] - 1;
     std::string init = InitFor(kind, t);
-    std::string region = BinaryRegion(ReducerOp(kind, t), t);
+    std::string region = ReducerRegion(kind, t);
     std::string res = Fresh();
     names_[&n] = res;
     body_ << "    " << res << " = \"stablehlo.reduce_window\"(" << Name(x) << ", " << init << ") (" << region
@@ -531,11 +576,34 @@ class Emitter {
     DType t0 = n.operands[0].dtype();
     std::string st0 = ScalarT(t0), pt = ScalarT(DType::kPred);
     std::string c = "%r" + std::to_string(next_++);
-    const char* ctype = ir::IsFloating(t0) ? "TOTALORDER" : CompareType(t0);
-    rg << "):\n      " << c << " = \"stablehlo.compare\"(" << args[0] << ", " << args[1]
-       << ") {comparison_direction = #stablehlo<comparison_direction " << (descending ? "GT" : "LT")
-       << ">, compare_type = #stablehlo<comparison_type " << ctype << ">} : (" << st0 << ", " << st0 << ") -> "
-       << pt << "\n      \"stablehlo.return\"(" << c << ") : (" << pt << ") -> ()\n    }";
+    auto cmp = [&](const std::string& r, const std::string& a, const std::string& b, const char* dir, const char* ct) {
+      rg << "      " << r << " = \"stablehlo.compare\"(" << a << ", " << b
+         << ") {comparison_direction = #stablehlo<comparison_direction " << dir
+         << ">, compare_type = #stablehlo<comparison_type " << ct << ">} : (" << st0 << ", " << st0 << ") -> " << pt
+         << "\n";
+    };
+    rg << "):\n";
+    if (ir::IsFloating(t0)) {
+      // Eager: NaN is the largest value (last ascending, first descending); -0.0 equals +0.0.
+      const std::string& a = args[0];
+      const std::string& b = args[1];
+      std::string lt = "%r" + std::to_string(next_++), nan_hi = "%r" + std::to_string(next_++);
+      std::string nan_lo = "%r" + std::to_string(next_++), not_lo = "%r" + std::to_string(next_++);
+      std::string nan_rule = "%r" + std::to_string(next_++);
+      const std::string& hi = descending ? a : b;  // the operand that must be NaN for "a before b"
+      const std::string& lo = descending ? b : a;
+      cmp(lt, a, b, descending ? "GT" : "LT", "FLOAT");
+      cmp(nan_hi, hi, hi, "NE", "FLOAT");
+      cmp(nan_lo, lo, lo, "NE", "FLOAT");
+      rg << "      " << not_lo << " = \"stablehlo.not\"(" << nan_lo << ") : (" << pt << ") -> " << pt << "\n";
+      rg << "      " << nan_rule << " = \"stablehlo.and\"(" << nan_hi << ", " << not_lo << ") : (" << pt << ", " << pt
+         << ") -> " << pt << "\n";
+      rg << "      " << c << " = \"stablehlo.or\"(" << lt << ", " << nan_rule << ") : (" << pt << ", " << pt << ") -> "
+         << pt << "\n";
+    } else {
+      cmp(c, args[0], args[1], descending ? "GT" : "LT", CompareType(t0));
+    }
+    rg << "      \"stablehlo.return\"(" << c << ") : (" << pt << ") -> ()\n    }";
     Line(n, "stablehlo.sort",
          "dimension = " + std::to_string(n.attrs.ints[0][0]) + " : i64, is_stable = " + (stable ? "true" : "false"),
          rg.str());

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "graph/graph.h"
@@ -231,8 +232,11 @@ Value Cast(const Value& x, DType t) {
 }
 
 Value ScalarV(const Scalar& s, DType t, int device) {
-  if (ir::IsIntegral(t, true)) return graph::ScalarValue(s.AsDouble(), s.AsInt(), t, device);
-  return graph::ScalarValue(s.AsDouble(), s.AsInt(), t, device);
+  if (t == DType::kPred) {  // bool(0.5) is true: compare, do not truncate
+    int64_t b = s.AsDouble() != 0 || s.im != 0;
+    return graph::ScalarValue(static_cast<double>(b), b, t, device);
+  }
+  return graph::ScalarValue(s.AsDouble(), s.AsInt(), t, device, s.im);
 }
 Value ScalarV(double v, DType t, int device) {
   return graph::ScalarValue(v, static_cast<int64_t>(v), t, device);
@@ -290,7 +294,11 @@ Value Softmax(const Value& x, int64_t dim, bool log) {
   Value mx = KeepDims(ir::Reduce(ir::ReduceKind::kMax, x, {dim}), x.dims(), {dim});
   // Guard -inf rows (all masked): use 0 as the shift so we produce NaN like eager only when eager does.
   Value finite = ir::Unary(Op::kIsFinite, mx);
-  mx = ir::Select(finite, mx, ir::Full(0, mx.shape()));
+  // Rows that are entirely -inf (fully masked) shift by 0 so they give NaN as eager; +inf rows keep
+  // the inf shift (eager: NaN too).
+  Value neg_inf = ir::Compare(ir::CompareDir::kEQ, mx, ir::Full(-std::numeric_limits<double>::infinity(), mx.shape()));
+  mx = ir::Select(neg_inf, ir::Full(0, mx.shape()), mx);
+  (void)finite;
   Value shifted = Bin(Op::kSub, x, mx);
   Value e = ir::Unary(Op::kExp, shifted);
   Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, e, {dim}), x.dims(), {dim});

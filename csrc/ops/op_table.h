@@ -20,6 +20,7 @@ struct Scalar {
   enum Kind { kBool, kInt, kFloat, kComplex } kind = kFloat;
   double f = 0;
   int64_t i = 0;
+  double im = 0;  // imaginary part of complex scalars
   double AsDouble() const { return kind == kInt || kind == kBool ? static_cast<double>(i) : f; }
   int64_t AsInt() const { return kind == kInt || kind == kBool ? i : static_cast<int64_t>(f); }
   DType NaturalType() const;  // bool -> pred, int -> i64, float -> f32 (default dtype), complex -> c64

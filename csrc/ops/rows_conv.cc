@@ -434,6 +434,16 @@ void AddConvRows(std::vector<OpRow>& rows) {
     auto os = Expand(a.Ints(1), 2, 1);
     int r = x.rank();
     DType ct = AccType(x.dtype());
+    int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
+    if (os[0] > 0 && os[1] > 0 && h % os[0] == 0 && w % os[1] == 0) {
+      // Equal windows: windowed sums (a 0/1 matrix product would turn inf into NaN).
+      int64_t kh = h / os[0], kw = w / os[1];
+      std::vector<int64_t> win(r, 1), ones(r, 1), pad(2 * r, 0);
+      win[r - 2] = kh;
+      win[r - 1] = kw;
+      Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, Cast(x, ct), ir::Constant(0, ct), win, win, ones, ones, pad);
+      return {Cast(ir::Binary(Op::kDiv, sums, ir::Full(static_cast<double>(kh * kw), sums.shape())), x.dtype())};
+    }
     Value ah = AdaptiveMatrix(os[0], x.dims()[r - 2], ct), aw = AdaptiveMatrix(os[1], x.dims()[r - 1], ct);
     return {Cast(ApplyAdaptive(Cast(x, ct), ah, aw), x.dtype())};
   }});

@@ -228,6 +228,10 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"sign", [](OpArgs& a) -> V {
     if (a.V(0).dtype() == DType::kPred) return {a.V(0)};
+    if (ir::IsUnsigned(a.V(0).dtype())) {  // 0 or 1
+      Value x = a.V(0);
+      return {Cast(ir::Compare(CompareDir::kNE, x, ir::Full(0, x.shape())), x.dtype())};
+    }
     return {ir::Unary(Op::kSign, a.V(0))};
   }});
   rows.push_back({"logical_not", [](OpArgs& a) -> V {

@@ -59,6 +59,13 @@ Value GatherDim(const Value& x, int64_t dim, const Value& index) {
   }
   if (x.rank() == 0) return ir::Reshape(x, index.dims());
   int r = x.rank();
+  for (int d = 0; d < r; ++d) {
+    if (d != dim && index.dims()[d] > x.dims()[d]) {
+      throw ir::ShapeError("Size does not match at dimension " + std::to_string(d) + " expected index " +
+                           ir::DimsToString(index.dims()) + " to be no larger than self " + ir::DimsToString(x.dims()) +
+                           " apart from dimension " + std::to_string(dim));
+    }
+  }
   int64_t n = index.shape().numel();
   Value coords = FullCoordinates(index, dim);
   std::vector<int64_t> ones(r, 1);
@@ -226,7 +233,7 @@ Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, doubl
   Value xc = Cast(x, t);
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
   int64_t n = 1;
-  for (int64_t d : dims) n *= x.dims()[d];
+  if (x.rank() > 0) for (int64_t d : dims) n *= x.dims()[d];
   Value mean = KeepDims(ir::Reduce(ir::ReduceKind::kSum, xc, dims), x.dims(), dims);
   mean = ir::Binary(Op::kDiv, mean, ir::Full(static_cast<double>(n), mean.shape()));
   Value c = Bin(Op::kSub, xc, mean);
@@ -333,6 +340,16 @@ Value Resample2d(const Value& x, const Value& ah, const Value& aw) {
   perm.push_back(0);
   perm.push_back(r - 1);
   return ir::Transpose(z, perm);
+}
+
+// x gathered along `dim` at positions idx [n] (i64).
+Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
+  int r = x.rank();
+  int64_t n = idx.dims()[0];
+  std::vector<int64_t> sizes = x.dims(), offset;
+  sizes[dim] = 1;
+  for (int q = 0; q < r; ++q) if (q != dim) offset.push_back(q);
+  return ir::Gather(x, ir::Reshape(idx, {n, 1}), offset, {dim}, {dim}, 1, sizes);
 }
 
 // One-hot selection matrix [out, in] for nearest resampling.
@@ -456,7 +473,10 @@ OpFn Bitwise(Op op, bool scalar) {
 OpFn ReduceBool(ir::ReduceKind kind, bool with_dim) {
   return [=](OpArgs& a) -> V {
     Value x = Cast(a.V(0), DType::kPred);
-    if (!with_dim) return {ir::Reduce(kind, x, AllDims(x.rank()))};
+    if (!with_dim) {
+      Value r = ir::Reduce(kind, x, AllDims(x.rank()));
+      return {a.V(0).dtype() == DType::kU8 ? Cast(r, DType::kU8) : r};
+    }
     if (x.rank() == 0) return {x};
     int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
     Value r = ir::Reduce(kind, x, {d});
@@ -567,7 +587,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
       if (t.defined() && (t.v.dtype() == DType::kPred || t.v.dtype() == DType::kU8)) {
         // x[mask] = v with a broadcastable v: a select, static shape.
         if (ix.size() == 1 && a.V(2).shape().numel() == 1) {
-          Value m = BroadcastTo(Cast(t.v, DType::kPred), x.dims());
+          // The mask covers the leading dims: align it there before broadcasting.
+          std::vector<int64_t> md = t.v.dims();
+          while (static_cast<int>(md.size()) < x.rank()) md.push_back(1);
+          Value m = BroadcastTo(ir::Reshape(Cast(t.v, DType::kPred), md), x.dims());
           Value v = BroadcastTo(Cast(ir::Reshape(a.V(2), {}), x.dtype()), x.dims());
           if (a.Bool(3)) v = ir::Binary(Op::kAdd, x, v);
           return {ir::Select(m, v, x)};
@@ -680,11 +703,14 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     Value fwd = ir::Binary(Op::kAdd, ir::Full(s, fs), ir::Binary(Op::kMul, i, ir::Full(step, fs)));
     Value bwd = ir::Binary(Op::kSub, ir::Full(e, fs), ir::Binary(Op::kMul, ir::Binary(Op::kSub, ir::Full(static_cast<double>(n - 1), fs), i), ir::Full(step, fs)));
     Value r = ir::Select(ir::Compare(CompareDir::kLT, i, ir::Full(static_cast<double>(n / 2), fs)), fwd, bwd);
-    if (ir::IsIntegral(t, false)) r = ir::Unary(Op::kFloor, r);
-    return {Cast(r, t)};
+    if (n == 1) r = ir::Full(s, fs);  // a single point is the start
+    return {Cast(r, t)};  // integer dtypes truncate toward zero, as eager
   }});
   rows.push_back({"constant_pad_nd", [](OpArgs& a) -> V {
     Value x = a.V(0);
+    if (a.Ints(1).size() % 2 != 0 || static_cast<int>(a.Ints(1).size() / 2) > x.rank()) {
+      a.Fail("Length of pad should be even and at most twice the number of dimensions of the input");
+    }
     return {PadConstant(x, a.Ints(1), ScalarV(a.S(2), x.dtype(), a.device))};
   }});
   for (const char* name : {"reflection_pad1d", "reflection_pad2d", "reflection_pad3d"}) {
@@ -714,6 +740,12 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     const auto& shifts = a.Ints(1);
     auto dims = a.Ints(2);
+    if (x.rank() == 0) return {x};
+    if (!dims.empty() && dims.size() != shifts.size()) {
+      a.Fail("shifts and dimensions must align. shifts: " + std::to_string(shifts.size()) + ", dims:" +
+             std::to_string(dims.size()));
+    }
+    if (dims.empty() && shifts.size() != 1) a.Fail("shifts must have one element when dims is empty");
     Value y = x;
     if (dims.empty()) {
       y = ir::Reshape(x, {x.shape().numel()});
@@ -739,8 +771,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     const auto& os = a.Ints(1);
     int r = x.rank();
     DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-    Value ah = NearestMatrix(os[0], x.dims()[r - 2], OptD(a, 2), ct), aw = NearestMatrix(os[1], x.dims()[r - 1], OptD(a, 3), ct);
-    return {Cast(Resample2d(Cast(x, ct), ah, aw), x.dtype())};
+    (void)ct;
+    // Gathers (not 0/1 matrix products, which would turn inf into NaN).
+    Value y = GatherAlong(x, r - 2, NearestIndex(os[0], x.dims()[r - 2], OptD(a, 2)));
+    return {GatherAlong(y, r - 1, NearestIndex(os[1], x.dims()[r - 1], OptD(a, 3)))};
   }});
   rows.push_back({"upsample_nearest2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);

@@ -28,6 +28,11 @@ std::vector<int64_t> DimsOrAll(const OpArgs& a, size_t k, const Value& x) {
 }
 
 Value MinMax(ir::ReduceKind kind, const Value& x, const std::vector<int64_t>& dims, bool keepdim) {
+  for (int64_t d : dims) {
+    if (x.rank() > 0 && x.dims()[d] == 0) {
+      throw ir::ShapeError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+    }
+  }
   Value r = ir::Reduce(kind, x, dims);
   return keepdim ? KeepDims(r, x.dims(), dims) : r;
 }
@@ -83,7 +88,7 @@ void AddReductionRows(std::vector<OpRow>& rows) {
              "Got: " + std::string(ir::DTypeName(x.dtype())));
     }
     int64_t count = 1;
-    for (int64_t d : dims) count *= x.dims()[d];
+    if (x.rank() > 0) for (int64_t d : dims) count *= x.dims()[d];
     Value s = SumDims(x, dims, keepdim, t);
     return ir::Binary(Op::kDiv, s, ir::Full(static_cast<double>(count), s.shape()));
   };

@@ -17,6 +17,7 @@ struct SliceSpec { int64_t dim, start, end, step, len; };
 
 SliceSpec ResolveSlice(const Value& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
                        int64_t step) {
+  if (x.rank() == 0) throw ir::ShapeError("slice() cannot be applied to a 0-dim tensor.");
   dim = ir::NormalizeDim(dim, x.rank());
   int64_t n = x.rank() == 0 ? 1 : x.dims()[dim];
   if (step <= 0) throw ir::ShapeError("slice step must be positive");
