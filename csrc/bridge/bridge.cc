@@ -384,6 +384,8 @@ class RowKernel : public c10::OperatorKernel {
   static void Assign(const at::Tensor& dst, const ir::Value& v) {
     auto* impl = dynamic_cast<XLATensorImpl*>(dst.unsafeGetTensorImpl());
     TORCH_CHECK(impl, "out= tensor must be an XLA tensor");
+    at::ScalarType from = ToScalarType(v.dtype()), to = dst.scalar_type();
+    TORCH_CHECK(c10::canCast(from, to), "result type ", from, " can't be cast to the desired output type ", to);
     const ir::Shape& cur = impl->tensor()->shape();
     if (cur.dims == v.dims()) {
       impl->tensor()->SetPending(ops::Cast(v, cur.dtype));
