@@ -292,13 +292,10 @@ Value Softmax(const Value& x, int64_t dim, bool log) {
     return Cast(Softmax(Cast(x, DType::kF32), dim, log), x.dtype());
   }
   Value mx = KeepDims(ir::Reduce(ir::ReduceKind::kMax, x, {dim}), x.dims(), {dim});
-  // Guard -inf rows (all masked): use 0 as the shift so we produce NaN like eager only when eager does.
-  Value finite = ir::Unary(Op::kIsFinite, mx);
   // Rows that are entirely -inf (fully masked) shift by 0 so they give NaN as eager; +inf rows keep
   // the inf shift (eager: NaN too).
   Value neg_inf = ir::Compare(ir::CompareDir::kEQ, mx, ir::Full(-std::numeric_limits<double>::infinity(), mx.shape()));
   mx = ir::Select(neg_inf, ir::Full(0, mx.shape()), mx);
-  (void)finite;
   Value shifted = Bin(Op::kSub, x, mx);
   Value e = ir::Unary(Op::kExp, shifted);
   Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, e, {dim}), x.dims(), {dim});
@@ -346,6 +343,17 @@ void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string
   std::vector<int64_t> all(i.rank());
   std::iota(all.begin(), all.end(), 0);
   graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device);
+}
+
+Value ResampleLast2(const Value& x, const Value& ah, const Value& aw) {
+  int r = x.rank();
+  Value y = ir::DotGeneral(x, aw, {}, {}, {r - 1}, {1}, x.dtype());  // [..., H, Wo]
+  Value z = ir::DotGeneral(ah, y, {}, {}, {1}, {r - 2}, x.dtype());  // [Ho, ..., Wo]
+  std::vector<int64_t> perm;
+  for (int i = 1; i < r - 1; ++i) perm.push_back(i);
+  perm.push_back(0);
+  perm.push_back(r - 1);
+  return ir::Transpose(z, perm);
 }
 
 int64_t ProductOf(const std::vector<int64_t>& v) {

@@ -112,6 +112,9 @@ Value Softmax(const Value& x, int64_t dim, bool log);
 Value RandomUniform(const ir::Shape& s, int device);
 Value RandomNormal(const ir::Shape& s, int device);
 int64_t ProductOf(const std::vector<int64_t>& v);
+// x[..., H, W] -> A_h x A_w^T over the last two dims (A_h: [Ho, H], A_w: [Wo, W]); resampling and
+// adaptive pooling, and their gradients with the transposed matrices.
+Value ResampleLast2(const Value& x, const Value& ah, const Value& aw);
 // Adds an in-graph check that every index is in [lo, hi) (or equals `ignore`); a failure raises
 // IndexError with `message` at the next sync or host read (see graph::AddCheck).
 void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string& message, int device,

@@ -210,18 +210,6 @@ Value AdaptiveMatrix(int64_t out, int64_t in, DType t) {
   return ir::Select(mask, inv, ir::Full(0, ir::Shape(t, {out, in})));
 }
 
-// x[..., H, W] -> A_h x A_w^T over the last two dims.
-Value ApplyAdaptive(const Value& x, const Value& ah, const Value& aw) {
-  int r = x.rank();
-  Value y = ir::DotGeneral(x, aw, {}, {}, {r - 1}, {1}, x.dtype());  // [..., H, Wo]
-  Value z = ir::DotGeneral(ah, y, {}, {}, {1}, {r - 2}, x.dtype());  // [Ho, ..., Wo]
-  std::vector<int64_t> perm;
-  for (int i = 1; i < r - 1; ++i) perm.push_back(i);
-  perm.push_back(0);
-  perm.push_back(r - 1);
-  return ir::Transpose(z, perm);
-}
-
 // ---- batch norm
 Value PerChannel(const Value& v, const Value& like) { return ir::BroadcastInDim(v, like.dims(), {1}); }
 
@@ -445,7 +433,7 @@ void AddConvRows(std::vector<OpRow>& rows) {
       return {Cast(ir::Binary(Op::kDiv, sums, ir::Full(static_cast<double>(kh * kw), sums.shape())), x.dtype())};
     }
     Value ah = AdaptiveMatrix(os[0], x.dims()[r - 2], ct), aw = AdaptiveMatrix(os[1], x.dims()[r - 1], ct);
-    return {Cast(ApplyAdaptive(Cast(x, ct), ah, aw), x.dtype())};
+    return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
   }});
   rows.push_back({"_adaptive_avg_pool2d_backward", [](OpArgs& a) -> V {
     Value dy = a.V(0), x = a.V(1);
@@ -454,7 +442,7 @@ void AddConvRows(std::vector<OpRow>& rows) {
     Value ah = AdaptiveMatrix(dy.dims()[r - 2], x.dims()[r - 2], ct);
     Value aw = AdaptiveMatrix(dy.dims()[r - 1], x.dims()[r - 1], ct);
     Value aht = ir::Transpose(ah, {1, 0}), awt = ir::Transpose(aw, {1, 0});
-    return {Cast(ApplyAdaptive(Cast(dy, ct), aht, awt), x.dtype())};
+    return {Cast(ResampleLast2(Cast(dy, ct), aht, awt), x.dtype())};
   }});
 
   rows.push_back({"_native_batch_norm_legit_functional", [](OpArgs& a) -> V {

@@ -330,18 +330,6 @@ Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<do
   return Cast(ir::Binary(Op::kAdd, w0, w1), t);
 }
 
-// x[..., H, W] -> A_h x A_w^T over the last two dims (also used by transposes for backward).
-Value Resample2d(const Value& x, const Value& ah, const Value& aw) {
-  int r = x.rank();
-  Value y = ir::DotGeneral(x, aw, {}, {}, {r - 1}, {1}, x.dtype());
-  Value z = ir::DotGeneral(ah, y, {}, {}, {1}, {r - 2}, x.dtype());
-  std::vector<int64_t> perm;
-  for (int i = 1; i < r - 1; ++i) perm.push_back(i);
-  perm.push_back(0);
-  perm.push_back(r - 1);
-  return ir::Transpose(z, perm);
-}
-
 // x gathered along `dim` at positions idx [n] (i64).
 Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
   int r = x.rank();
@@ -782,7 +770,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     const auto& is = a.Ints(2);
     DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     Value ah = NearestMatrix(os[0], is[2], OptD(a, 3), ct), aw = NearestMatrix(os[1], is[3], OptD(a, 4), ct);
-    return {Cast(Resample2d(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
+    return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
   }});
   rows.push_back({"upsample_bilinear2d", [](OpArgs& a) -> V {
     Value x = a.V(0);
@@ -792,7 +780,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     Value ah = LinearMatrix(os[0], x.dims()[r - 2], ac, OptD(a, 3), ct);
     Value aw = LinearMatrix(os[1], x.dims()[r - 1], ac, OptD(a, 4), ct);
-    return {Cast(Resample2d(Cast(x, ct), ah, aw), x.dtype())};
+    return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
   }});
   rows.push_back({"upsample_bilinear2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);
@@ -801,7 +789,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     bool ac = a.Bool(3);
     DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     Value ah = LinearMatrix(os[0], is[2], ac, OptD(a, 4), ct), aw = LinearMatrix(os[1], is[3], ac, OptD(a, 5), ct);
-    return {Cast(Resample2d(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
+    return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
   }});
 }
 
