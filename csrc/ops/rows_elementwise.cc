@@ -278,12 +278,11 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   rows.push_back({"gt.Scalar", Comparison(CompareDir::kGT, true)});
   rows.push_back({"ge.Tensor", Comparison(CompareDir::kGE, false)});
   rows.push_back({"ge.Scalar", Comparison(CompareDir::kGE, true)});
-  rows.push_back({"logical_and", [](OpArgs& a) -> V {
-    return {Bin(Op::kAnd, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
-  }});
-  rows.push_back({"logical_or", [](OpArgs& a) -> V {
-    return {Bin(Op::kOr, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
-  }});
+  for (auto [name, op] : {std::pair{"logical_and", Op::kAnd}, {"logical_or", Op::kOr}, {"logical_xor", Op::kXor}}) {
+    rows.push_back({name, [op = op](OpArgs& a) -> V {
+      return {Bin(op, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
+    }});
+  }
 
   rows.push_back({"where.self", Promoted([](OpArgs& a, DType t) {
     return Where(Cast(a.V(0), DType::kPred), Cast(a.V(1), t), Cast(a.V(2), t));

@@ -350,6 +350,14 @@ Value NearestMatrix(int64_t out, int64_t in, std::optional<double> scale, DType 
 
 std::optional<double> OptD(const OpArgs& a, size_t k) { return a.OptDouble(k); }
 
+// (values, indices[i64]) sorted along dim (stable; NaN placement is the emitter's comparator).
+std::vector<Value> SortWithIndices(const Value& x, int64_t dim, bool descending) {
+  if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
+  int64_t d = ir::NormalizeDim(dim, x.rank());
+  Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
+  return ir::Sort({x, idx}, d, descending, true);
+}
+
 // Moves dims d1, d2 last; returns the permutation.
 std::vector<int64_t> DiagPerm(int r, int64_t d1, int64_t d2) {
   std::vector<int64_t> perm;
@@ -592,30 +600,15 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"_unsafe_index_put", index_put});
   rows.push_back({"_index_put_impl", index_put});
 
-  rows.push_back({"sort", [](OpArgs& a) -> V {
-    Value x = a.V(0);
-    if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
-    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
-    Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
-    auto s = ir::Sort({x, idx}, d, a.Bool(2), true);
-    return {s[0], s[1]};
-  }});
-  rows.push_back({"sort.stable", [](OpArgs& a) -> V {
-    Value x = a.V(0);
-    if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
-    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
-    Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
-    auto s = ir::Sort({x, idx}, d, a.Bool(3), true);
-    return {s[0], s[1]};
-  }});
+  rows.push_back({"sort", [](OpArgs& a) -> V { return SortWithIndices(a.V(0), a.Int(1), a.Bool(2)); }});
+  rows.push_back({"sort.stable", [](OpArgs& a) -> V { return SortWithIndices(a.V(0), a.Int(2), a.Bool(3)); }});
   rows.push_back({"topk", [](OpArgs& a) -> V {
     Value x = a.V(0);
     int64_t k = a.Int(1);
     if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
     int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
     if (k < 0 || k > x.dims()[d]) a.Fail("selected index k out of range");
-    Value idx = ir::Iota(ir::Shape(DType::kS64, x.dims()), d);
-    auto s = ir::Sort({x, idx}, d, a.Bool(3, true), true);
+    V s = SortWithIndices(x, d, a.Bool(3, true));
     std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1);
     lim[d] = k;
     return {ir::Slice(s[0], st, lim, str), ir::Slice(s[1], st, lim, str)};
@@ -631,9 +624,6 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"bitwise_and.Scalar", Bitwise(Op::kAnd, true)});
   rows.push_back({"bitwise_or.Scalar", Bitwise(Op::kOr, true)});
   rows.push_back({"bitwise_xor.Scalar", Bitwise(Op::kXor, true)});
-  rows.push_back({"logical_xor", [](OpArgs& a) -> V {
-    return {Bin(Op::kXor, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
-  }});
   rows.push_back({"isnan", [](OpArgs& a) -> V {
     Value x = a.V(0);
     if (ir::IsIntegral(x.dtype(), true)) return {ir::Full(0, ir::Shape(DType::kPred, x.dims()))};
