@@ -7,6 +7,7 @@ another). Importing this package is cheap: the runtime starts on first device us
 from __future__ import annotations
 
 import contextlib
+import os
 import functools
 from importlib import metadata as _metadata
 from typing import Callable, List, Optional
@@ -24,7 +25,11 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 
 def _resolve_runtime():
     path, device_type = _plugins.plugin_for(None)
-    return path, device_type, _plugins.cpu_device_count()
+    count = _plugins.cpu_device_count()
+    if device_type == "CPU" and (os.environ.get("TORCH_XLA_SPAWNED") == "1"
+                                 or os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")):
+        count = 1  # one process per device: each process of a multi-process job sees one device
+    return path, device_type, count
 
 
 _C._set_config_resolver(_resolve_runtime)
@@ -89,4 +94,16 @@ def compile(f: Optional[Callable] = None, full_graph: Optional[bool] = False, na
     return _compile(f, full_graph=full_graph, name=name, num_different_graphs_allowed=num_different_graphs_allowed)
 
 
-__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "__version__"]
+def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_single_process: bool = False):
+    """Runs ``fn(index, *args)`` in one process per device (``xmp.spawn``), or, under torchrun
+    (``TORCHELASTIC_RUN_ID``/``LOCAL_RANK`` set), directly in this process with its global index."""
+    if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("TORCH_XLA_SPAWNED") == "1" or (
+            "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        from . import runtime as _xr
+        fn(_xr.global_ordinal(), *args)
+        return None
+    from .distributed import xla_multiprocessing as _xmp
+    return _xmp.spawn(fn, args=args, nprocs=1 if debug_single_process else None, start_method=start_method)
+
+
+__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "launch", "__version__"]

@@ -6,6 +6,7 @@ from typing import Optional
 
 from . import _C
 from ._internal import plugins as _plugins
+from ._internal import world as _world
 
 _cache_path: Optional[str] = None
 _spmd = False
@@ -18,7 +19,7 @@ def device_type() -> Optional[str]:
 
 def local_process_count() -> int:
     """Returns the number of processes running on this host."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("PJRT_LOCAL_PROCESS_COUNT", "1")))
+    return _world.local_world_size()
 
 
 def local_device_count() -> int:
@@ -43,17 +44,17 @@ def global_runtime_device_count() -> int:
 
 def world_size() -> int:
     """Returns the total number of processes participating in the job."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return _world.world_size()
 
 
 def global_ordinal() -> int:
-    """Returns global ordinal of this thread within all processes."""
-    return int(os.environ.get("RANK", "0"))
+    """Returns global ordinal of this thread within all processes (one device per process)."""
+    return _world.rank()
 
 
 def local_ordinal() -> int:
     """Returns local ordinal of this thread within this host."""
-    return int(os.environ.get("LOCAL_RANK", "0"))
+    return _world.local_rank()
 
 
 def process_index() -> int:
@@ -61,7 +62,8 @@ def process_index() -> int:
 
 
 def host_index() -> int:
-    return int(os.environ.get("GROUP_RANK", "0"))
+    """Index of this host (torchrun's GROUP_RANK, or TORCH_XLA_HOST_INDEX under xmp.spawn)."""
+    return _world.host_index()
 
 
 def get_master_ip() -> str:

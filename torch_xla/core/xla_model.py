@@ -146,23 +146,153 @@ def set_rng_state(seed: int, device: Optional[Union[str, torch.device]] = None):
     _C._set_seed(seed & 0xFFFFFFFFFFFFFFFF, idx)
 
 
+# --------------------------------------------------------------------------------------------------
+# Collectives. Between processes they run on the backend of torch_xla._internal.collectives (host
+# gloo on CPU); within a group of one process they stay lazy (identity semantics, no host read).
+
+
+def _group_of(groups) -> Tuple[int, ...]:
+    from torch_xla._internal import world
+    return world.my_group(groups)
+
+
+def _collectives():
+    from torch_xla._internal import collectives
+    return collectives.backend()
+
+
+_REDUCE_TYPES = (REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX)
+
+
+def _check_reduce(reduce_type: str, tensors):
+    if reduce_type not in _REDUCE_TYPES:
+        raise ValueError(f"invalid reduce_type {reduce_type!r}; expected one of {', '.join(_REDUCE_TYPES)}")
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"expected tensors, got {type(t).__name__}")
+        if reduce_type in (REDUCE_AND, REDUCE_OR) and (t.is_floating_point() or t.is_complex()):
+            raise ValueError(f"all_reduce {reduce_type!r} needs integer or bool tensors, got {t.dtype}")
+
+
 def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_layout: bool = True):
-    """Performs an inplace reduce operation on the input tensor(s) (single process: identity * scale)."""
-    if reduce_type not in (REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX):
-        raise ValueError(f"invalid reduce_type {reduce_type!r}")
-    if xr.world_size() > 1:
-        raise NotImplementedError("multi-process collectives are not implemented yet in this torch_xla build")
-    if isinstance(inputs, torch.Tensor):
-        return inputs * scale if scale != 1.0 else inputs.clone()
-    if scale != 1.0:
-        for t in inputs:
-            t.mul_(scale)
+    """Performs an inplace reduce operation on the input tensor(s).
+
+    A single tensor gives a new tensor holding the reduced value; a list/tuple is reduced in place
+    and returned. ``groups`` (a list of lists of ranks partitioning the world) reduces within each
+    group. ``pin_layout`` is accepted for compatibility (host collectives have no layouts).
+    """
+    single = isinstance(inputs, torch.Tensor)
+    tensors = [inputs] if single else list(inputs)
+    _check_reduce(reduce_type, tensors)
+    group = _group_of(groups)
+    if len(group) == 1:
+        if single:
+            return inputs * scale if scale != 1.0 else inputs.clone()
+        if scale != 1.0:
+            with torch.no_grad():
+                for t in tensors:
+                    t.mul_(scale)
+        return inputs
+    results = _collectives().all_reduce(reduce_type, tensors, float(scale), group)
+    if single:
+        return results[0]
+    with torch.no_grad():
+        for t, r in zip(tensors, results):
+            t.copy_(r)
     return inputs
 
 
+def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output: Optional[torch.Tensor] = None,
+               pin_layout: bool = True):
+    """Performs an all-gather operation along a given dimension (results ordered by rank in group)."""
+    single = isinstance(value, torch.Tensor)
+    tensors = [value] if single else list(value)
+    group = _group_of(groups)
+    if len(group) == 1:
+        results = [t.clone() if t.dim() else t.reshape(1).clone() for t in tensors]
+    else:
+        results = _collectives().all_gather(tensors, dim, group)
+    if output is not None:
+        outs = [output] if single else list(output)
+        with torch.no_grad():
+            for o, r in zip(outs, results):
+                o.copy_(r)
+        return output
+    return results[0] if single else results
+
+
+def reduce_scatter(reduce_type: str, input, scale: float, scatter_dim: int, shard_count: int, groups=None,
+                   output=None, pin_layout: bool = True):
+    """Reduces ``input`` over the group, then gives each member its shard along ``scatter_dim``
+    (``shard_count`` must equal the group size)."""
+    single = isinstance(input, torch.Tensor)
+    tensors = [input] if single else list(input)
+    _check_reduce(reduce_type, tensors)
+    group = _group_of(groups)
+    if shard_count != len(group):
+        raise ValueError(f"reduce_scatter: shard_count={shard_count} but the group has {len(group)} member(s)")
+    if len(group) == 1:
+        results = [t * scale if scale != 1.0 else t.clone() for t in tensors]
+    else:
+        results = _collectives().reduce_scatter(reduce_type, tensors, float(scale), scatter_dim, group)
+    if output is not None:
+        outs = [output] if single else list(output)
+        with torch.no_grad():
+            for o, r in zip(outs, results):
+                o.copy_(r)
+        return output
+    return results[0] if single else results
+
+
+def all_to_all(value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int, groups=None,
+               pin_layout: bool = True) -> torch.Tensor:
+    """Splits ``value`` into ``split_count`` chunks along ``split_dimension``, sends chunk k to the
+    k-th member of the group and concatenates the received chunks along ``concat_dimension``."""
+    group = _group_of(groups)
+    if split_count != len(group):
+        raise ValueError(f"all_to_all: split_count={split_count} but the group has {len(group)} member(s)")
+    if len(group) == 1:
+        return value.clone()
+    return _collectives().all_to_all(value, split_dimension, concat_dimension, group)
+
+
+def collective_broadcast(tensors: List[torch.Tensor], root_ordinal: int = 0, groups=None, pin_layout: bool = True):
+    """Copies the root's values into ``tensors`` on every member of the group (in place)."""
+    tensors = list(tensors)
+    group = _group_of(groups)
+    if root_ordinal not in group:
+        raise ValueError(f"collective_broadcast: root_ordinal {root_ordinal} is not in this rank's group {list(group)}")
+    if len(group) == 1 or not tensors:
+        return
+    results = _collectives().broadcast(tensors, root_ordinal, group)
+    with torch.no_grad():
+        for t, r in zip(tensors, results):
+            t.copy_(r)
+
+
+def broadcast_master_param(model: torch.nn.Module) -> None:
+    """Broadcasts the parameters and buffers of rank 0's ``model`` to every process."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    collective_broadcast(tensors)
+    mark_step()
+
+
+def _grads(optimizer) -> List[torch.Tensor]:
+    return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+
+
 def reduce_gradients(optimizer, groups=None, pin_layout: bool = True):
-    if xr.world_size() > 1:
-        raise NotImplementedError("multi-process collectives are not implemented yet in this torch_xla build")
+    """Averages the gradients of ``optimizer``'s parameters over the group (all processes by default)."""
+    group = _group_of(groups)
+    if len(group) == 1:
+        return
+    grads = _grads(optimizer)
+    if not grads:
+        return
+    # The backward pass (and the loss) run now as one graph, not once for the gradients and again
+    # at the next sync for the rest.
+    _C._sync(None, False, "")
+    all_reduce(REDUCE_SUM, grads, scale=1.0 / len(group), groups=groups, pin_layout=pin_layout)
 
 
 def optimizer_step(optimizer, barrier: bool = False, optimizer_args: Dict = {}, groups=None,
@@ -175,54 +305,134 @@ def optimizer_step(optimizer, barrier: bool = False, optimizer_args: Dict = {}, 
     return loss
 
 
+def _xla_tensors_in(data, out: List[torch.Tensor], seen=None):
+    if seen is None:
+        seen = set()
+    if id(data) in seen:
+        return out
+    if isinstance(data, torch.Tensor):
+        if data.device.type == "xla":
+            seen.add(id(data))
+            out.append(data)
+    elif isinstance(data, dict):
+        for v in data.values():
+            _xla_tensors_in(v, out, seen)
+    elif isinstance(data, (list, tuple, set, frozenset)):
+        for v in data:
+            _xla_tensors_in(v, out, seen)
+    return out
+
+
 def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
+    """Runs the pending work of every XLA tensor in ``data`` (one graph); with ``convert`` returns
+    a copy of ``data`` whose XLA tensors are CPU tensors (a tensor shared twice stays shared)."""
+    xla = _xla_tensors_in(data, [])
+    if xla:
+        _C._sync(xla, False, "")
+    if not convert:
+        return data
+    memo: Dict[int, torch.Tensor] = {}
+
     def convert_fn(t):
-        return t.cpu() if isinstance(t, torch.Tensor) and t.device.type == "xla" else t
-    return _apply(data, convert_fn) if convert else data
+        if t.device.type != "xla":
+            return t
+        if id(t) not in memo:
+            memo[id(t)] = t.cpu()
+        return memo[id(t)]
+    return _apply(data, convert_fn)
 
 
 def _apply(data, fn):
     if isinstance(data, torch.Tensor):
         return fn(data)
     if isinstance(data, dict):
-        return {k: _apply(v, fn) for k, v in data.items()}
-    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        items = [(k, _apply(v, fn)) for k, v in data.items()]
+        try:
+            return type(data)(items)
+        except TypeError:
+            return dict(items)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(_apply(v, fn) for v in data))
+    if isinstance(data, (list, tuple, set, frozenset)):
         return type(data)(_apply(v, fn) for v in data)
     return data
 
 
+_SAVE_TAG = "torch_xla.core.xla_model.save"
+
+
+def _atomic_torch_save(obj, path):
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp.{os.getpid()}.{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def save(data: Any, file_or_path, master_only: bool = True, global_master: bool = False):
-    """Saves the input data into a file (moved to the CPU first)."""
+    """Saves the input data into a file (tensors moved to the CPU first).
+
+    Every process calls it; with ``master_only`` only the (local, or global with
+    ``global_master``) master writes. A path is written atomically (temporary file in the same
+    folder, then ``os.replace``). All processes then meet at the rendezvous
+    ``"torch_xla.core.xla_model.save"`` (a process that never arrives makes the others raise a
+    timeout error naming that tag).
+    """
     should_write = not master_only or is_master_ordinal(local=not global_master)
-    cpu_data = _maybe_convert_to_cpu(data)
+    cpu_data = _maybe_convert_to_cpu(data, convert=should_write)
     if should_write:
         if isinstance(file_or_path, (str, os.PathLike)):
-            tmp = f"{file_or_path}.tmp.{os.getpid()}"
-            torch.save(cpu_data, tmp)
-            os.replace(tmp, file_or_path)
+            _atomic_torch_save(cpu_data, file_or_path)
         else:
             torch.save(cpu_data, file_or_path)
+    rendezvous(_SAVE_TAG)
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: List[int] = []) -> List[bytes]:
-    """Waits for all the mesh clients to reach the named rendezvous (single process: immediate)."""
-    if xr.world_size() > 1:
-        raise NotImplementedError("multi-process rendezvous is not implemented yet in this torch_xla build")
-    return [payload]
+    """Waits for all the mesh clients to reach the named rendezvous.
+
+    Returns every participant's payload (bytes), the payload of ordinal i at position i (the order
+    of ``replicas`` when given). Raises a TimeoutError naming the tag and the ranks that did not
+    arrive after TORCH_XLA_COLLECTIVE_TIMEOUT_S seconds.
+    """
+    from torch_xla._internal import collectives, world
+    if world.world_size() == 1 and not replicas:
+        if not isinstance(tag, str):
+            raise TypeError(f"rendezvous tag must be a str, got {type(tag).__name__}")
+        return [bytes(payload.encode() if isinstance(payload, str) else payload)]
+    return collectives.rendezvous(tag, payload, replicas)
 
 
 def mesh_reduce(tag: str, data, reduce_fn: Callable[..., Any]):
-    """Performs an out-of-graph client mesh reduction (single process: reduce_fn([data]))."""
-    return reduce_fn([data])
+    """Performs an out-of-graph client mesh reduction: ``reduce_fn`` gets the list of every
+    process's ``data`` (any picklable value; XLA tensors arrive as CPU tensors)."""
+    from torch_xla._internal import world
+    if world.world_size() == 1:
+        return reduce_fn([data])
+    cpu_data = _maybe_convert_to_cpu(data)
+    buf = io.BytesIO()
+    torch.save(cpu_data, buf)
+    payloads = rendezvous(tag, buf.getvalue())
+    return reduce_fn([torch.load(io.BytesIO(p), weights_only=False) for p in payloads])
 
 
 def get_memory_info(device: Optional[torch.device] = None) -> Dict[str, int]:
-    """Memory of the device in KB. On CPU this reports the host's memory."""
-    total = free = 0
-    try:
-        with open("/proc/meminfo") as f:
-            info = {l.split(":")[0]: int(l.split()[1]) for l in f if len(l.split()) >= 2}
-        total, free = info.get("MemTotal", 0), info.get("MemAvailable", 0)
-    except OSError:
-        pass
-    return {"kb_free": free, "kb_total": total, "bytes_used": (total - free) * 1024, "bytes_limit": total * 1024}
+    """Retrieves the device memory usage.
+
+    Keys ``bytes_used``, ``bytes_limit``, ``peak_bytes_used`` (and ``kb_free``, ``kb_total``).
+    Taken from the PJRT plugin's memory statistics where it reports them; XLA:CPU does not, so
+    on CPU they describe the host: limit = MemTotal, used = MemTotal - MemAvailable, peak = the
+    highest ``used`` seen by this process's calls (at least this process's peak RSS).
+    """
+    from torch_xla._internal import memory
+    return memory.memory_info(0 if device is None else _parse_index(device))

@@ -1,0 +1,425 @@
+"""Cross-process collectives behind one interface, one implementation per platform.
+
+``backend()`` picks the implementation for this process:
+
+* :class:`HostGlooBackend` (implemented; the default everywhere). The XLA:CPU plugin has no
+  cross-process collectives, so values travel through the host: a collective first runs just the
+  pending work its inputs need (one graph for all of them, ``_C._sync(inputs)``), reads them to
+  the CPU, exchanges them with torch.distributed's gloo backend and gives back device tensors.
+  Lists of tensors travel as ONE flat buffer per dtype, in one gloo call per dtype.
+* :class:`InGraphBackend` (TODO): collectives lowered into the graph as StableHLO
+  ``all_reduce``/``all_gather``/... over the replicas of a multi-process PJRT client (NCCL on
+  GPU, ICI on TPU). It needs the plugin's multi-process client options (``node_id``,
+  ``num_nodes``, kv-store callbacks) and replica-mode compilation; it is not written yet and
+  ``TORCH_XLA_COLLECTIVE_BACKEND=ingraph`` raises NotImplementedError.
+
+Every backend exchanges with the ranks of one *group* (a tuple of global ranks, the world when
+``groups`` is None). Results are ordered by position in the group. Rendezvous (bytes) goes through
+the job's TCPStore and is shared by all backends.
+
+Each collective records its arrival (its per-group sequence number) in the store; when gloo fails
+(timeout, peer gone) the error names the operation and the ranks that had not arrived.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import world
+
+REDUCE_OPS = ("sum", "mul", "and", "or", "min", "max")
+
+
+class CollectiveBackend:
+    """What a platform's collective implementation provides. All tensor arguments are tensors of
+    one device (XLA or CPU); results are new tensors on that device, in input order. ``group`` is
+    a tuple of global ranks holding this rank."""
+
+    name = "abstract"
+
+    def all_reduce(self, reduce_type: str, tensors: List[torch.Tensor], scale: float,
+                   group: Tuple[int, ...]) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+    def all_gather(self, tensors: List[torch.Tensor], dim: int, group: Tuple[int, ...]) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+    def reduce_scatter(self, reduce_type: str, tensors: List[torch.Tensor], scale: float, scatter_dim: int,
+                       group: Tuple[int, ...]) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+    def all_to_all(self, tensor: torch.Tensor, split_dimension: int, concat_dimension: int,
+                   group: Tuple[int, ...]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def broadcast(self, tensors: List[torch.Tensor], root: int, group: Tuple[int, ...]) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+
+class InGraphBackend(CollectiveBackend):
+    """TODO: collectives as StableHLO ops inside the graph (accelerators with multi-process PJRT
+    clients). See the module docstring."""
+
+    name = "ingraph"
+
+    def __init__(self):
+        raise NotImplementedError(
+            "in-graph collectives (StableHLO all_reduce/all_gather across processes) are not implemented "
+            "yet; unset TORCH_XLA_COLLECTIVE_BACKEND to use the host (gloo) collectives")
+
+
+# --------------------------------------------------------------------------------------------------
+# Host staging: device tensors <-> CPU tensors
+
+
+def _stage_to_host(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """CPU copies of ``tensors``; pending XLA work they need runs first, as one graph."""
+    xla = [t for t in tensors if t.device.type == "xla"]
+    if xla:
+        from torch_xla import _C
+        _C._sync(xla, False, "")
+    return [t.detach().cpu().contiguous() if t.device.type == "xla" else t.detach().contiguous()
+            for t in tensors]
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t if device.type == "cpu" else t.to(device)
+
+
+def _flat_by_dtype(host: Sequence[torch.Tensor]) -> Dict[torch.dtype, Tuple[torch.Tensor, List[int]]]:
+    """dtype -> (one flat contiguous buffer, indices of the tensors in it, in order)."""
+    by: Dict[torch.dtype, List[int]] = {}
+    for i, t in enumerate(host):
+        by.setdefault(t.dtype, []).append(i)
+    out = {}
+    for dt, idx in by.items():
+        if len(idx) == 1:
+            flat = host[idx[0]].reshape(-1)
+        else:
+            flat = torch.cat([host[i].reshape(-1) for i in idx])
+        out[dt] = (flat, idx)
+    return out
+
+
+def _unflatten(flat: torch.Tensor, idx: List[int], host: Sequence[torch.Tensor], device, results: list):
+    """Splits ``flat`` back into tensors shaped like ``host[i]`` (on ``device``: one upload)."""
+    dev_flat = _to_device(flat, device)
+    off = 0
+    for i in idx:
+        n = host[i].numel()
+        results[i] = dev_flat[off:off + n].view(host[i].shape) if len(idx) > 1 else dev_flat.view(host[i].shape)
+        off += n
+
+
+def _apply_scale(flat: torch.Tensor, scale: float) -> torch.Tensor:
+    if scale == 1.0:
+        return flat
+    if flat.is_floating_point() or flat.is_complex():
+        return flat.mul_(scale)
+    return (flat * scale).to(flat.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# gloo groups
+
+
+class _Group:
+    """A gloo process group over ``members`` (global ranks), created on first use."""
+
+    def __init__(self, members: Tuple[int, ...]):
+        import torch.distributed as dist
+
+        self.members = members
+        self.size = len(members)
+        me = world.rank()
+        self.rank = members.index(me)
+        self.key = "world" if members == tuple(range(world.world_size())) else "g" + "-".join(map(str, members))
+        self.seq = 0
+        self.store = world.store()
+        self.timeout = world.timeout_s()
+        started = time.monotonic()
+        try:
+            self.pg = dist.ProcessGroupGloo(dist.PrefixStore(f"pg/{self.key}/", self.store), self.rank, self.size,
+                                            world.timeout_delta())
+        except Exception as e:
+            raise world.CollectiveTimeoutError(
+                f"torch_xla: rank {me} could not connect the gloo group {list(members)} within "
+                f"{time.monotonic() - started:.1f} s (timeout {self.timeout:g} s): {e}", "connect", []) from e
+
+    def run(self, op: str, call):
+        """Runs ``call(pg)`` (returns a Work), waits; failures name the op and absent ranks."""
+        self.seq += 1
+        seq = self.seq
+        tag = f"{op}#{seq}"
+        me = world.rank()
+        self.store.set(f"arr/{self.key}/{me}", str(seq))
+        started = time.monotonic()
+        try:
+            call(self.pg).wait()
+        except Exception as e:
+            raise self._diagnose(tag, seq, started, e) from e
+
+    def _diagnose(self, tag: str, seq: int, started: float, err: Exception) -> Exception:
+        me = world.rank()
+        missing, ahead = [], []
+        try:
+            for r in self.members:
+                if r == me:
+                    continue
+                k = f"arr/{self.key}/{r}"
+                v = int(self.store.get(k)) if self.store.check([k]) else 0
+                if v < seq:
+                    missing.append(r)
+                elif v > seq:
+                    ahead.append(r)
+        except Exception:  # the store itself is gone (the launcher died): report what we know
+            pass
+        waited = time.monotonic() - started
+        msg = (f"torch_xla collective {tag!r} on rank {me} over ranks {list(self.members)} failed after "
+               f"{waited:.1f} s (timeout {self.timeout:g} s, TORCH_XLA_COLLECTIVE_TIMEOUT_S)")
+        if missing:
+            msg += f": rank(s) {missing} did not arrive"
+        if ahead:
+            msg += f"; rank(s) {ahead} are already at a later collective (mismatched collective calls)"
+        msg += f" [gloo: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}]"
+        return world.CollectiveTimeoutError(msg, tag, missing)
+
+
+class HostGlooBackend(CollectiveBackend):
+    """Host-side collectives through torch.distributed's gloo (see the module docstring)."""
+
+    name = "host-gloo"
+
+    def __init__(self):
+        self._groups: Dict[Tuple[int, ...], _Group] = {}
+        self._lock = threading.Lock()
+
+    def group(self, members: Tuple[int, ...]) -> _Group:
+        with self._lock:
+            g = self._groups.get(members)
+            if g is None:
+                g = self._groups[members] = _Group(members)
+            return g
+
+    @staticmethod
+    def _reduce_op(reduce_type: str, dtype: torch.dtype):
+        import torch.distributed as dist
+        if reduce_type in ("and", "or") and (dtype.is_floating_point or dtype.is_complex):
+            raise ValueError(f"all_reduce {reduce_type!r} needs integer or bool tensors, got {dtype}")
+        return {"sum": dist.ReduceOp.SUM, "mul": dist.ReduceOp.PRODUCT, "and": dist.ReduceOp.BAND,
+                "or": dist.ReduceOp.BOR, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[reduce_type]
+
+    def all_reduce(self, reduce_type, tensors, scale, group):
+        import torch.distributed as dist
+        if not tensors:
+            return []
+        device = tensors[0].device
+        ops = {t.dtype: self._reduce_op(reduce_type, t.dtype) for t in tensors}
+        host = _stage_to_host(tensors)
+        results: list = [None] * len(host)
+        g = self.group(group) if len(group) > 1 else None
+        for dt, (flat, idx) in _flat_by_dtype(host).items():
+            if g is not None:
+                if flat.data_ptr() == host[idx[0]].data_ptr() and device.type == "cpu":
+                    flat = flat.clone()  # never reduce into the caller's CPU tensor
+                opts = dist.AllreduceOptions()
+                opts.reduceOp = ops[dt]
+                g.run("all_reduce", lambda pg: pg.allreduce([flat], opts))
+            elif device.type == "cpu":
+                flat = flat.clone()
+            flat = _apply_scale(flat, scale)
+            _unflatten(flat, idx, host, device, results)
+        return results
+
+    def all_gather(self, tensors, dim, group):
+        if not tensors:
+            return []
+        device = tensors[0].device
+        host = _stage_to_host(tensors)
+        results: list = [None] * len(host)
+        g = self.group(group) if len(group) > 1 else None
+        for dt, (flat, idx) in _flat_by_dtype(host).items():
+            if g is not None:
+                outs = [torch.empty_like(flat) for _ in range(g.size)]
+                g.run("all_gather", lambda pg: pg.allgather([outs], [flat]))
+            else:
+                outs = [flat.clone()]
+            off = 0
+            for i in idx:
+                t = host[i]
+                n = t.numel()
+                d = dim % t.dim() if t.dim() else 0
+                parts = [o[off:off + n].view(t.shape) for o in outs]
+                gathered = torch.cat(parts, dim=d) if t.dim() else torch.stack(parts)
+                results[i] = _to_device(gathered, device)
+                off += n
+        return results
+
+    def reduce_scatter(self, reduce_type, tensors, scale, scatter_dim, group):
+        import torch.distributed as dist
+        if not tensors:
+            return []
+        device = tensors[0].device
+        n = len(group)
+        for t in tensors:
+            if t.dim() == 0 or t.shape[scatter_dim] % n:
+                raise ValueError(f"reduce_scatter: dimension {scatter_dim} of shape {tuple(t.shape)} is not divisible "
+                                 f"by the group size {n}")
+        ops = {t.dtype: self._reduce_op(reduce_type, t.dtype) for t in tensors}
+        # Put the scattered dimension first, so rank k's shard of every tensor is a contiguous
+        # block; then one buffer per dtype laid out [shard 0 of all tensors | shard 1 | ...].
+        host = [h.movedim(scatter_dim, 0).contiguous() for h in _stage_to_host(tensors)]
+        results: list = [None] * len(host)
+        g = self.group(group) if n > 1 else None
+        by: Dict[torch.dtype, List[int]] = {}
+        for i, h in enumerate(host):
+            by.setdefault(h.dtype, []).append(i)
+        for dt, idx in by.items():
+            if len(idx) == 1:
+                flat = host[idx[0]].reshape(-1)
+            else:
+                flat = torch.cat([host[i].reshape(n, -1)[k] for k in range(n) for i in idx])
+            shard = torch.empty(flat.numel() // n, dtype=dt)
+            if g is not None:
+                opts = dist.ReduceScatterOptions()
+                opts.reduceOp = ops[dt]
+                g.run("reduce_scatter", lambda pg: pg._reduce_scatter_base(shard, flat, opts))
+            else:
+                shard.copy_(flat)
+            shard = _apply_scale(shard, scale)
+            off = 0
+            for i in idx:
+                h = host[i]
+                m = h.numel() // n
+                shape = (h.shape[0] // n,) + tuple(h.shape[1:])
+                results[i] = _to_device(shard[off:off + m].view(shape).movedim(0, scatter_dim).contiguous(), device)
+                off += m
+        return results
+
+    def all_to_all(self, tensor, split_dimension, concat_dimension, group):
+        import torch.distributed as dist
+        n = len(group)
+        device = tensor.device
+        (h,) = _stage_to_host([tensor])
+        if h.shape[split_dimension] % n:
+            raise ValueError(f"all_to_all: dimension {split_dimension} of shape {tuple(h.shape)} is not divisible by "
+                             f"split_count {n}")
+        send = torch.stack(torch.chunk(h, n, dim=split_dimension)).contiguous()
+        recv = torch.empty_like(send)
+        if n > 1:
+            g = self.group(group)
+            g.run("all_to_all", lambda pg: pg.alltoall_base(recv, send, [], [], dist.AllToAllOptions()))
+        else:
+            recv.copy_(send)
+        return _to_device(torch.cat(list(recv.unbind(0)), dim=concat_dimension), device)
+
+    def broadcast(self, tensors, root, group):
+        import torch.distributed as dist
+        if not tensors:
+            return []
+        device = tensors[0].device
+        host = _stage_to_host(tensors)
+        results: list = [None] * len(host)
+        g = self.group(group) if len(group) > 1 else None
+        for dt, (flat, idx) in _flat_by_dtype(host).items():
+            if g is not None:
+                if flat.data_ptr() == host[idx[0]].data_ptr() and device.type == "cpu":
+                    flat = flat.clone()
+                opts = dist.BroadcastOptions()
+                opts.rootRank = group.index(root)
+                opts.rootTensor = 0
+                g.run("broadcast", lambda pg: pg.broadcast([flat], opts))
+            _unflatten(flat, idx, host, device, results)
+        return results
+
+
+# --------------------------------------------------------------------------------------------------
+# Backend choice
+
+
+_backend: Optional[CollectiveBackend] = None
+_backend_lock = threading.Lock()
+
+
+def backend() -> CollectiveBackend:
+    """The collective implementation of this process (``TORCH_XLA_COLLECTIVE_BACKEND``: ``host``,
+    the default on every platform, or ``ingraph``, not implemented yet)."""
+    global _backend
+    with _backend_lock:
+        if _backend is None:
+            choice = os.environ.get("TORCH_XLA_COLLECTIVE_BACKEND", "host").strip().lower() or "host"
+            if choice in ("host", "gloo", "host-gloo"):
+                _backend = HostGlooBackend()
+            elif choice in ("ingraph", "in-graph", "xla"):
+                _backend = InGraphBackend()
+            else:
+                raise ValueError(f"TORCH_XLA_COLLECTIVE_BACKEND={choice!r}: expected 'host' or 'ingraph'")
+        return _backend
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendezvous through the store (all backends)
+
+_rdv_gen: Dict[Tuple[str, str], int] = {}
+_rdv_lock = threading.Lock()
+
+
+def rendezvous(tag: str, payload: bytes, replicas: Sequence[int]) -> List[bytes]:
+    """Every participating rank's payload, in rank order (order of ``replicas`` when given)."""
+    if not isinstance(tag, str):
+        raise TypeError(f"rendezvous tag must be a str, got {type(tag).__name__}")
+    if isinstance(payload, str):
+        payload = payload.encode()
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"rendezvous payload must be bytes, got {type(payload).__name__}")
+    payload = bytes(payload)
+    n = world.world_size()
+    me = world.rank()
+    if replicas:
+        members = list(replicas)
+        for r in members:
+            if not isinstance(r, int) or isinstance(r, bool) or r < 0 or r >= n:
+                raise ValueError(f"rendezvous replicas {list(replicas)!r}: {r!r} is not a rank of the world (size {n})")
+        if len(set(members)) != len(members):
+            raise ValueError(f"rendezvous replicas {list(replicas)!r} has duplicates")
+        if me not in members:
+            raise ValueError(f"rank {me} called rendezvous {tag!r} but is not in replicas {members}")
+    else:
+        members = list(range(n))
+    if len(members) == 1:
+        return [payload]
+    gkey = "all" if not replicas else "-".join(map(str, members))
+    with _rdv_lock:
+        gen = _rdv_gen.get((tag, gkey), 0) + 1
+        _rdv_gen[(tag, gkey)] = gen
+    base = f"rdv/{gkey}/{len(tag)}:{tag}/"
+    st = world.store()
+    st.set(f"{base}{gen}/{me}", payload)
+    keys = [f"{base}{gen}/{r}" for r in members]
+    timeout = world.timeout_s()
+    started = time.monotonic()
+    try:
+        st.wait(keys, world.timeout_delta())
+    except Exception as e:
+        missing = []
+        try:
+            missing = [r for r in members if not st.check([f"{base}{gen}/{r}"])]
+        except Exception:
+            pass
+        if missing or time.monotonic() - started < timeout:
+            raise world.CollectiveTimeoutError(
+                f"torch_xla rendezvous {tag!r} on rank {me} timed out after {time.monotonic() - started:.1f} s "
+                f"(timeout {timeout:g} s, TORCH_XLA_COLLECTIVE_TIMEOUT_S): rank(s) {missing} of {members} did not "
+                f"arrive [{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}]",
+                tag, missing) from e
+    values = [st.get(k) for k in keys]
+    if gen > 1:
+        try:  # everyone has finished generation gen-1 (they all reached gen)
+            st.delete_key(f"{base}{gen - 1}/{me}")
+        except Exception:
+            pass
+    return [bytes(v) for v in values]

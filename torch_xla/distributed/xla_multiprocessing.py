@@ -1,0 +1,144 @@
+"""torch_xla.distributed.xla_multiprocessing: one process per device.
+
+``spawn(fn, args)`` starts one process per local device with torch.multiprocessing; each child
+sees exactly one device (``torch_xla.device()`` is ``xla:0``) and gets the world in the usual
+environment variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT). The parent hosts the job's TCPStore (rendezvous, key-value exchange, gloo
+bootstrap); the children connect to it as torchrun workers connect to their agent's store.
+
+Several hosts: start ``spawn`` once per host with ``TORCH_XLA_NUM_HOSTS``, ``TORCH_XLA_HOST_INDEX``
+and the same ``MASTER_ADDR``/``MASTER_PORT`` everywhere; host 0's parent hosts the store there.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+from torch_xla._internal import world as _world
+
+_START_METHODS = ("spawn", "fork", "forkserver")
+
+
+def _devices_per_host() -> int:
+    """Devices of this host, without starting the runtime where possible (fork needs that)."""
+    from torch_xla import _C
+    from torch_xla._internal import plugins
+    kind = plugins.device_type_from_env()
+    if _C._client_started():
+        return _C._device_count()
+    if kind == "CPU":
+        n = plugins.cpu_device_count()
+        return 4 if n < 0 else n
+    for var in (f"{kind}_NUM_DEVICES", "GPU_NUM_DEVICES" if kind == "CUDA" else ""):
+        if var and os.environ.get(var, "").strip():
+            return int(os.environ[var])
+    return _C._device_count()  # starts this process's runtime (not allowed before a fork)
+
+
+def _child_env(local_index: int, nprocs: int, info: dict) -> dict:
+    host = info["host_index"]
+    env = {
+        "RANK": str(host * nprocs + local_index),
+        "WORLD_SIZE": str(info["num_hosts"] * nprocs),
+        "LOCAL_RANK": str(local_index),
+        "LOCAL_WORLD_SIZE": str(nprocs),
+        "GROUP_RANK": str(host),
+        "MASTER_ADDR": info["master_addr"],
+        "MASTER_PORT": str(info["master_port"]),
+        # The store is the parent's: connect as a client, like torchrun's workers.
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        _world.SPAWNED_VAR: "1",
+        "PJRT_LOCAL_PROCESS_COUNT": str(nprocs),
+    }
+    if info["device_type"] == "CPU":
+        env["CPU_NUM_DEVICES"] = "1"
+    return env
+
+
+def _mp_entry(local_index: int, fn: Callable, args: tuple, nprocs: int, info: dict):
+    os.environ.update(_child_env(local_index, nprocs, info))
+    fn(int(os.environ["RANK"]), *args)
+
+
+def _run_single(fn, args):
+    fn(0, *args)
+    return None
+
+
+def spawn(fn: Callable, args: tuple = (), nprocs: Optional[int] = None, join: bool = True, daemon: bool = False,
+          start_method: str = "spawn") -> Any:
+    """Enables multi processing based replication.
+
+    Args:
+      fn: called in every process as ``fn(index, *args)``, index being the global ordinal.
+      args: the arguments for fn.
+      nprocs: None (one process per local device) or 1 (``fn`` runs in this process); any other
+        value must equal the device count, else ValueError.
+      join: whether to wait for the processes (and raise the first failure with its traceback).
+      daemon: the processes' daemon flag.
+      start_method: ``spawn`` (default), ``fork`` (only before this process started the XLA
+        runtime) or ``forkserver``.
+
+    Returns:
+      The torch.multiprocessing ProcessContext when ``join`` is False (``.processes``,
+      ``.join()``), else None.
+    """
+    from torch_xla import _C
+    import torch.multiprocessing as mp
+    if start_method not in _START_METHODS:
+        raise ValueError(f"start_method must be one of {', '.join(_START_METHODS)}, got {start_method!r}")
+    if nprocs is not None and (not isinstance(nprocs, int) or isinstance(nprocs, bool)):
+        raise ValueError(f"nprocs must be None or an int, got {nprocs!r}")
+    if nprocs == 1:
+        return _run_single(fn, args)
+    if os.environ.get(_world.SPAWNED_VAR) == "1":
+        raise RuntimeError("xmp.spawn called inside a process started by xmp.spawn")
+    count = _devices_per_host()
+    if nprocs is None:
+        nprocs = count
+    elif nprocs != count:
+        raise ValueError(f"xmp.spawn: nprocs={nprocs} but this host has {count} device(s); pass nprocs=None "
+                         f"(one process per device) or 1, or set CPU_NUM_DEVICES={nprocs}")
+    if nprocs == 1:
+        return _run_single(fn, args)
+    if start_method == "fork" and _C._client_started():
+        raise RuntimeError("xmp.spawn(start_method='fork') needs a parent that has not started the XLA runtime "
+                           "(this process already used an XLA device); use start_method='spawn', or create "
+                           "no XLA tensors before spawning")
+    from torch_xla._internal import plugins
+    num_hosts = _world._env_int("TORCH_XLA_NUM_HOSTS", 1)
+    host_index = _world._env_int("TORCH_XLA_HOST_INDEX", 0)
+    if num_hosts < 1 or not 0 <= host_index < num_hosts:
+        raise ValueError(f"TORCH_XLA_HOST_INDEX={host_index} must be in [0, TORCH_XLA_NUM_HOSTS={num_hosts})")
+    import torch.distributed as dist
+    store = None
+    if num_hosts == 1:
+        addr = "127.0.0.1"
+        store = dist.TCPStore(addr, 0, None, True, _world.timeout_delta(), wait_for_workers=False)
+        port = store.port
+    else:
+        addr = os.environ.get("MASTER_ADDR", "").strip()
+        port = os.environ.get("MASTER_PORT", "").strip()
+        if not addr or not port:
+            raise ValueError("multi-host xmp.spawn (TORCH_XLA_NUM_HOSTS > 1) needs MASTER_ADDR and MASTER_PORT")
+        port = int(port)
+        if host_index == 0:
+            store = dist.TCPStore(addr, port, None, True, _world.timeout_delta(),
+                                  wait_for_workers=False)
+    info = {"host_index": host_index, "num_hosts": num_hosts, "master_addr": addr, "master_port": port,
+            "device_type": plugins.device_type_from_env()}
+    context = mp.start_processes(_mp_entry, args=(fn, tuple(args), nprocs, info), nprocs=nprocs, join=False,
+                                 daemon=daemon, start_method=start_method)
+    context._torch_xla_store = store  # the store lives as long as the context
+    if not join:
+        return context
+    try:
+        while not context.join():
+            pass
+    finally:
+        for p in context.processes:  # never leave a child behind
+            if p.is_alive():
+                p.kill()
+            p.join()
+    return None
