@@ -79,7 +79,8 @@ class PerDeviceLoader:
         item = self._loader._next_item(self._device)
         if item is _END:
             self._finished = True
-            torch_xla.sync()
+            if self._since_sync:
+                torch_xla.sync()
             self._loader.close()
             raise StopIteration
         self._since_sync += 1
