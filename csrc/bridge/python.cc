@@ -73,6 +73,16 @@ PYBIND11_MODULE(_C, m) {
       graph::SyncTensors(nullptr, o);
     }
   }, py::arg("tensors") = py::none(), py::arg("wait") = false, py::arg("name") = "");
+  // Host collectives: read an XLA tensor into an existing contiguous CPU tensor (a reused staging
+  // buffer, so large reads do not pay for a fresh allocation each time).
+  m.def("_to_host_into", [](const at::Tensor& t, at::Tensor& out) {
+    auto x = bridge::XlaFromUser(t);
+    TORCH_CHECK(out.device().is_cpu() && out.is_contiguous(), "_to_host_into: out must be a contiguous CPU tensor");
+    TORCH_CHECK(out.scalar_type() == t.scalar_type() && out.numel() == t.numel(),
+                "_to_host_into: out must have the dtype and number of elements of the source");
+    py::gil_scoped_release nogil;
+    graph::TensorToHost(x, out.data_ptr());
+  });
   m.def("_wait_device_ops", []() {
     py::gil_scoped_release nogil;
     graph::WaitDeviceOps();

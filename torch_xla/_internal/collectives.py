@@ -90,28 +90,67 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t if device.type == "cpu" else t.to(device)
 
 
-def _flat_by_dtype(host: Sequence[torch.Tensor]) -> Dict[torch.dtype, Tuple[torch.Tensor, List[int]]]:
-    """dtype -> (one flat contiguous buffer, indices of the tensors in it, in order)."""
+_staging: Dict[torch.dtype, torch.Tensor] = {}
+_staging_lock = threading.Lock()
+
+
+def _staging_buffer(dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """A reused host buffer of at least ``numel`` elements (one per dtype, grown on demand): large
+    reads then skip a fresh allocation's page faults. Safe to reuse: results are uploaded (copied)
+    to the device before a collective returns."""
+    with _staging_lock:
+        buf = _staging.get(dtype)
+        if buf is None or buf.numel() < numel:
+            buf = _staging[dtype] = torch.empty(numel, dtype=dtype)
+        return buf[:numel]
+
+
+def _stage_flat(tensors: Sequence[torch.Tensor], scratch: bool = True):
+    """Host copies of ``tensors`` as ONE flat buffer per dtype.
+
+    Returns (shapes, {dtype: (flat, indices in order)}). Pending XLA work the inputs need runs
+    first, as one graph. XLA tensors are read straight into the flat buffer (a reused staging
+    buffer when ``scratch``); CPU tensors are copied, never aliased.
+    """
+    xla = [t for t in tensors if t.device.type == "xla"]
+    from torch_xla import _C
+    if xla:
+        _C._sync(xla, False, "")
+    shapes = [tuple(t.shape) for t in tensors]
     by: Dict[torch.dtype, List[int]] = {}
-    for i, t in enumerate(host):
+    for i, t in enumerate(tensors):
         by.setdefault(t.dtype, []).append(i)
     out = {}
     for dt, idx in by.items():
-        if len(idx) == 1:
-            flat = host[idx[0]].reshape(-1)
-        else:
-            flat = torch.cat([host[i].reshape(-1) for i in idx])
+        total = sum(tensors[i].numel() for i in idx)
+        on_xla = all(tensors[i].device.type == "xla" for i in idx)
+        flat = _staging_buffer(dt, total) if scratch and on_xla else torch.empty(total, dtype=dt)
+        off = 0
+        for i in idx:
+            t = tensors[i]
+            n = t.numel()
+            if t.device.type == "xla":
+                _C._to_host_into(t.detach(), flat[off:off + n])
+            else:
+                flat[off:off + n].copy_(t.detach().reshape(-1))
+            off += n
         out[dt] = (flat, idx)
-    return out
+    return shapes, out
 
 
-def _unflatten(flat: torch.Tensor, idx: List[int], host: Sequence[torch.Tensor], device, results: list):
-    """Splits ``flat`` back into tensors shaped like ``host[i]`` (on ``device``: one upload)."""
-    dev_flat = _to_device(flat, device)
+def _unflatten(flat: torch.Tensor, idx: List[int], shapes, device, results: list):
+    """Splits ``flat`` back into tensors of ``shapes`` on ``device`` (one upload per dtype)."""
+    if len(idx) == 1:  # upload in its final shape: no pending view op on the result
+        i = idx[0]
+        results[i] = flat.view(shapes[i]).to(device) if device.type != "cpu" else flat.view(shapes[i]).clone()
+        return
+    dev_flat = flat.to(device) if device.type != "cpu" else flat.clone()
     off = 0
     for i in idx:
-        n = host[i].numel()
-        results[i] = dev_flat[off:off + n].view(host[i].shape) if len(idx) > 1 else dev_flat.view(host[i].shape)
+        n = 1
+        for d in shapes[i]:
+            n *= d
+        results[i] = dev_flat[off:off + n].view(shapes[i])
         off += n
 
 
@@ -219,30 +258,26 @@ class HostGlooBackend(CollectiveBackend):
             return []
         device = tensors[0].device
         ops = {t.dtype: self._reduce_op(reduce_type, t.dtype) for t in tensors}
-        host = _stage_to_host(tensors)
-        results: list = [None] * len(host)
+        shapes, flats = _stage_flat(tensors)
+        results: list = [None] * len(tensors)
         g = self.group(group) if len(group) > 1 else None
-        for dt, (flat, idx) in _flat_by_dtype(host).items():
+        for dt, (flat, idx) in flats.items():
             if g is not None:
-                if flat.data_ptr() == host[idx[0]].data_ptr() and device.type == "cpu":
-                    flat = flat.clone()  # never reduce into the caller's CPU tensor
                 opts = dist.AllreduceOptions()
                 opts.reduceOp = ops[dt]
                 g.run("all_reduce", lambda pg: pg.allreduce([flat], opts))
-            elif device.type == "cpu":
-                flat = flat.clone()
             flat = _apply_scale(flat, scale)
-            _unflatten(flat, idx, host, device, results)
+            _unflatten(flat, idx, shapes, device, results)
         return results
 
     def all_gather(self, tensors, dim, group):
         if not tensors:
             return []
         device = tensors[0].device
-        host = _stage_to_host(tensors)
-        results: list = [None] * len(host)
+        shapes, flats = _stage_flat(tensors)
+        results: list = [None] * len(tensors)
         g = self.group(group) if len(group) > 1 else None
-        for dt, (flat, idx) in _flat_by_dtype(host).items():
+        for dt, (flat, idx) in flats.items():
             if g is not None:
                 outs = [torch.empty_like(flat) for _ in range(g.size)]
                 g.run("all_gather", lambda pg: pg.allgather([outs], [flat]))
@@ -250,11 +285,10 @@ class HostGlooBackend(CollectiveBackend):
                 outs = [flat.clone()]
             off = 0
             for i in idx:
-                t = host[i]
-                n = t.numel()
-                d = dim % t.dim() if t.dim() else 0
-                parts = [o[off:off + n].view(t.shape) for o in outs]
-                gathered = torch.cat(parts, dim=d) if t.dim() else torch.stack(parts)
+                shape = shapes[i]
+                n = tensors[i].numel()
+                parts = [o[off:off + n].view(shape) for o in outs]
+                gathered = torch.cat(parts, dim=dim % len(shape)) if shape else torch.stack(parts)
                 results[i] = _to_device(gathered, device)
                 off += n
         return results
@@ -322,18 +356,16 @@ class HostGlooBackend(CollectiveBackend):
         if not tensors:
             return []
         device = tensors[0].device
-        host = _stage_to_host(tensors)
-        results: list = [None] * len(host)
+        shapes, flats = _stage_flat(tensors)
+        results: list = [None] * len(tensors)
         g = self.group(group) if len(group) > 1 else None
-        for dt, (flat, idx) in _flat_by_dtype(host).items():
+        for dt, (flat, idx) in flats.items():
             if g is not None:
-                if flat.data_ptr() == host[idx[0]].data_ptr() and device.type == "cpu":
-                    flat = flat.clone()
                 opts = dist.BroadcastOptions()
                 opts.rootRank = group.index(root)
                 opts.rootTensor = 0
                 g.run("broadcast", lambda pg: pg.broadcast([flat], opts))
-            _unflatten(flat, idx, host, device, results)
+            _unflatten(flat, idx, shapes, device, results)
         return results
 
 
