@@ -83,6 +83,17 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     graph::TensorToHost(x, out.data_ptr());
   });
+  // xm.get_memory_info: the plugin's memory statistics, or None where it reports none (CPU).
+  m.def("_memory_stats", [](int i) -> py::object {
+    graph::CheckDevice(i);
+    runtime::Client::MemoryStats st;
+    if (!graph::GetClient().GetMemoryStats(i, &st)) return py::none();
+    py::dict d;
+    d["bytes_in_use"] = st.bytes_in_use;
+    if (st.peak_bytes_in_use >= 0) d["peak_bytes_in_use"] = st.peak_bytes_in_use;
+    if (st.bytes_limit >= 0) d["bytes_limit"] = st.bytes_limit;
+    return d;
+  });
   m.def("_wait_device_ops", []() {
     py::gil_scoped_release nogil;
     graph::WaitDeviceOps();

@@ -235,6 +235,25 @@ std::set<const PJRT_Api*>& InitializedApis() {
 
 }  // namespace
 
+bool Client::GetMemoryStats(int index, MemoryStats* out) const {
+  PJRT_Device* device = Device(index);
+  if (api_->struct_size < offsetof(PJRT_Api, PJRT_Device_MemoryStats) + sizeof(void*) ||
+      api_->PJRT_Device_MemoryStats == nullptr) {
+    return false;  // a plugin older than the function
+  }
+  auto a = MakeArgs<PJRT_Device_MemoryStats_Args>(PJRT_Device_MemoryStats_Args_STRUCT_SIZE);
+  a.device = device;
+  PJRT_Error* err = api_->PJRT_Device_MemoryStats(&a);
+  if (err != nullptr) {
+    Discard(api_, err);
+    return false;
+  }
+  out->bytes_in_use = a.bytes_in_use;
+  out->peak_bytes_in_use = a.peak_bytes_in_use_is_set ? a.peak_bytes_in_use : -1;
+  out->bytes_limit = a.bytes_limit_is_set ? a.bytes_limit : -1;
+  return true;
+}
+
 void Check(const PJRT_Api* api, PJRT_Error* err, const char* what) {
   if (err == nullptr) return;
   std::string msg = "(no message)";

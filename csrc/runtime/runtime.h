@@ -124,6 +124,12 @@ class Client {
   int DeviceId(int index) const;         // PJRT global device id
   std::string DeviceKind(int index) const;
 
+  // PJRT_Device_MemoryStats of an addressable device; false when the plugin does not report them
+  // (XLA:CPU answers UNIMPLEMENTED). A limit or peak the plugin leaves unset is -1.
+  struct MemoryStats {
+    int64_t bytes_in_use = 0, peak_bytes_in_use = -1, bytes_limit = -1;
+  };
+  bool GetMemoryStats(int index, MemoryStats* out) const;
   // Host -> device. data is dense row-major with dims; copied before return.
   Buffer ToDevice(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index);
   // Compile MLIR (StableHLO text or bytecode). Throws PjrtError with the compiler's message.
