@@ -94,6 +94,30 @@ class CollectiveTimeoutError(TimeoutError):
         self.missing = list(missing)
 
 
+_malloc_tuned = False
+
+
+def tune_host_malloc():
+    """Keeps freed large host blocks in the heap (glibc ``mallopt``: no mmap below 1 GiB, trim
+    only above 2 GiB) in a process of a multi-process job. Host collectives copy whole gradient
+    buffers to and from the device every step; with glibc's defaults each copy of a large buffer
+    maps fresh pages and page-faults through all of them (64 MB upload: 80-115 ms -> 13-29 ms on
+    this project's VM). ``TORCH_XLA_HOST_MALLOC_TUNING=0`` leaves malloc alone. Idempotent."""
+    global _malloc_tuned
+    if _malloc_tuned or os.environ.get("TORCH_XLA_HOST_MALLOC_TUNING", "1").strip() == "0":
+        return
+    _malloc_tuned = True
+    try:
+        import ctypes
+        import ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 1 << 30)
+        libc.mallopt(m_trim_threshold, 1 << 31)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 _store = None
 _store_lock = threading.Lock()
 
@@ -122,6 +146,7 @@ def store():
                         f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} within "
                         f"{timeout_s():g} s: {e}", "store") from e
                 _store = dist.PrefixStore("torch_xla/", s)
+                tune_host_malloc()
         return _store
 
 

@@ -58,6 +58,12 @@ def _child_env(local_index: int, nprocs: int, info: dict) -> dict:
 
 def _mp_entry(local_index: int, fn: Callable, args: tuple, nprocs: int, info: dict):
     os.environ.update(_child_env(local_index, nprocs, info))
+    _world.tune_host_malloc()
+    if not os.environ.get("OMP_NUM_THREADS"):
+        # As torchrun does: the processes share the host's cores, so each takes its share for
+        # torch's own CPU kernels (host-side work of the collectives, the data loader).
+        import torch
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // nprocs))
     fn(int(os.environ["RANK"]), *args)
 
 
