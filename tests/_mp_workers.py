@@ -383,6 +383,26 @@ def timeouts_worker(index, out_dir):
         xm.rendezvous("end")
 
 
+def touch(index, out_dir):
+    import torch_xla.runtime as xr
+    with open(os.path.join(out_dir, f"touched{index}-of-{xr.world_size()}"), "w") as f:
+        f.write("ok")
+
+
+def orphan(index, out_dir):
+    """Rank 1 kills the launcher while rank 0 waits in a collective: both must go away."""
+    import signal
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    with open(os.path.join(out_dir, f"pid{index}"), "w") as f:
+        f.write(str(os.getpid()))
+    xm.all_reduce("sum", torch.ones(1, device=torch_xla.device())).cpu()
+    if index == 1:
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(600)
+    xm.all_reduce("sum", torch.ones(1, device=torch_xla.device())).cpu()  # blocks: rank 1 never comes
+
+
 def save_missing_rank(index, out_dir):
     import torch_xla
     import torch_xla.core.xla_model as xm
@@ -397,5 +417,12 @@ if __name__ == "__main__":
     import _mp_workers as w
     fn = getattr(w, sys.argv[1])
     a = (sys.argv[2],) if len(sys.argv) > 2 and sys.argv[2] != "-" else ()
-    xmp.spawn(fn, args=a, start_method=sys.argv[3] if len(sys.argv) > 3 else "spawn")
+    method = sys.argv[3] if len(sys.argv) > 3 else "spawn"
+    if os.environ.get("TXLA_TEST_JOIN_FALSE") == "1":
+        ctx = xmp.spawn(fn, args=a, join=False, start_method=method)
+        assert len(ctx.processes) == int(os.environ["CPU_NUM_DEVICES"]), ctx.processes
+        while not ctx.join():
+            pass
+    else:
+        xmp.spawn(fn, args=a, start_method=method)
     print("SPAWN OK", flush=True)

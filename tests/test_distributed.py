@@ -118,6 +118,22 @@ def test_save_with_a_rank_that_never_arrives_fails_cleanly(tmp_path):
     assert took < 30
 
 
+def test_spawn_join_false_returns_the_process_context(tmp_path):
+    r, _ = _spawn_worker("touch", 2, tmp_path, "fork", {"TXLA_TEST_JOIN_FALSE": "1"})
+    _ok(r)
+    assert sorted(os.listdir(tmp_path)) == ["touched0-of-2", "touched1-of-2"]
+
+
+def test_children_exit_when_the_launcher_dies(tmp_path):
+    r, took = _spawn_worker("orphan", 2, tmp_path, "fork")  # _launch checks no process outlives it
+    assert r.returncode == -9, (r.returncode, r.stderr[-2000:])
+    pids = [int((tmp_path / f"pid{k}").read_text()) for k in range(2)]
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{p}") for p in pids), "children outlived their launcher"
+
+
 def test_torchrun_equals_spawn(tmp_path):
     script = os.path.join(ROOT, "examples", "train_dp.py")
     r1, _ = _launch([sys.executable, script, str(tmp_path / "spawn.pt"), "fork"], 2, tmp_path)
