@@ -109,7 +109,11 @@ def collectives_worker(index, out_dir):
     ins = [_base(me, torch.float32, (3,)), _base(me, torch.bfloat16, (2, 2)), _base(me, torch.int64, (5,)),
            _base(me, torch.float32, (2, 3))]
     xs = [t.to(dev) for t in ins]
+    from torch_xla._internal import collectives
+    world_group = collectives.backend().group(tuple(ranks))
+    calls = world_group.seq
     ret = xm.all_reduce("sum", xs, scale=1.0)
+    assert world_group.seq - calls == 3, "one gloo call per dtype (f32, bf16, i64)"
     assert ret is xs
     for i, t in enumerate(xs):
         _eq(t, _reduce("sum", [_base(k, ins[i].dtype, tuple(ins[i].shape)) for k in ranks]), f"all_reduce list [{i}]")

@@ -215,6 +215,16 @@ def test_single_process_collectives_are_identities():
     assert executions() == before + 1
 
 
+def test_in_graph_backend_is_a_clear_todo(monkeypatch):
+    from torch_xla._internal import collectives
+    monkeypatch.setenv("TORCH_XLA_COLLECTIVE_BACKEND", "ingraph")
+    monkeypatch.setattr(collectives, "_backend", None)
+    with pytest.raises(NotImplementedError, match="in-graph collectives"):
+        collectives.backend()
+    monkeypatch.setenv("TORCH_XLA_COLLECTIVE_BACKEND", "host")
+    assert isinstance(collectives.backend(), collectives.HostGlooBackend)
+
+
 def test_maybe_convert_to_cpu_and_atomic_save(tmp_path):
     d = torch_xla.device()
     t = torch.ones(3, device=d) * 2
