@@ -347,6 +347,7 @@ def train_dp(index, out_dir):
 def raise_on_rank_1(index):
     import torch_xla.core.xla_model as xm
     if index == 1:
+        time.sleep(2)  # the others are already waiting (and must not die of anything else meanwhile)
         raise ValueError("boom from rank 1")
     xm.rendezvous("never completes")  # the others wait here until the parent stops them
     time.sleep(600)

@@ -56,11 +56,17 @@ def _child_env(local_index: int, nprocs: int, info: dict) -> dict:
     return env
 
 
-def _exit_with_parent(parent_pid: int):
+def _exit_with_parent():
     """A child whose launcher died exits within a second, even when its main thread is blocked in
-    a collective (torch.multiprocessing only sends SIGINT, which waits for the main thread)."""
+    a collective (torch.multiprocessing only sends SIGINT, which waits for the main thread).
+
+    The parent is the launcher (spawn, fork) or the forkserver, which exits with the launcher."""
     import threading
     import time
+
+    parent_pid = os.getppid()
+    if parent_pid == 1:  # already orphaned
+        os._exit(1)
 
     def watch():
         while True:
@@ -71,7 +77,7 @@ def _exit_with_parent(parent_pid: int):
 
 
 def _mp_entry(local_index: int, fn: Callable, args: tuple, nprocs: int, info: dict):
-    _exit_with_parent(info["parent_pid"])
+    _exit_with_parent()
     os.environ.update(_child_env(local_index, nprocs, info))
     _world.tune_host_malloc()
     if not os.environ.get("OMP_NUM_THREADS"):
@@ -148,7 +154,7 @@ def spawn(fn: Callable, args: tuple = (), nprocs: Optional[int] = None, join: bo
             store = dist.TCPStore(addr, port, None, True, _world.timeout_delta(),
                                   wait_for_workers=False)
     info = {"host_index": host_index, "num_hosts": num_hosts, "master_addr": addr, "master_port": port,
-            "device_type": plugins.device_type_from_env(), "parent_pid": os.getpid()}
+            "device_type": plugins.device_type_from_env()}
     context = mp.start_processes(_mp_entry, args=(fn, tuple(args), nprocs, info), nprocs=nprocs, join=False,
                                  daemon=daemon, start_method=start_method)
     context._torch_xla_store = store  # the store lives as long as the context
