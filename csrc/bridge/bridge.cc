@@ -267,18 +267,29 @@ class RowKernel : public c10::OperatorKernel {
     if (graph::WantScopes()) scope.emplace(graph::CurrentUserScope());
     for (size_t i = 0; i < n; ++i) Convert(ivs[i], classes_[i], device, &args.args[i]);
     std::vector<ir::Value> outs;
+    size_t checks_before = graph::PendingCheckCount(device);
     try {
       outs = row_->fn(args);
     } catch (const ops::NotLowered&) {
       // This call's arguments need the CPU (value-dependent shapes): the stack is untouched.
       CpuFallback(op, stack);
       return;
+    } catch (const ops::IndexError& e) {
+      TORCH_CHECK_INDEX(false, args.op_name, ": ", e.what());
     } catch (const ir::ShapeError& e) {
       // Eager raises RuntimeError for size and argument mismatches.
       std::string msg = e.what();
       if (msg.rfind(args.op_name, 0) != 0) msg = args.op_name + ": " + msg;
       TORCH_CHECK(false, msg);
     }
+    // Empty results are constants: nothing to compute (XLA rejects some ops on empty operands, such
+    // as a gather from a zero-size dimension), and index checks of an op with empty results never fire.
+    bool all_empty = !outs.empty();
+    for (auto& v : outs) {
+      if (v && v.shape().numel() == 0) v = ir::Full(0, v.shape());
+      else all_empty = false;
+    }
+    if (all_empty) graph::DropPendingChecks(device, checks_before);
     for (auto& [k, v] : args.writebacks) Assign(ivs[k].toTensor(), v);
     // Arguments written by the op (out=, in-place) are returned as themselves.
     std::vector<c10::IValue> results;
@@ -502,6 +513,22 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   metrics::IncrementCounter(name);
+  // The XLA device of the arguments: results computed on the CPU go back there (torch's fallback
+  // puts them on the first tensor argument's device, which may be a CPU scalar: 7 // xla_tensor).
+  int xla_device = -1;
+  {
+    auto ivs = torch::jit::last(*stack, op.schema().arguments().size());
+    for (const auto& v : ivs) {
+      if (xla_device >= 0) break;
+      if (v.isTensor()) {
+        if (auto x = TryGetXla(v.toTensor())) xla_device = x->device();
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList().vec()) {
+          if (auto x = TryGetXla(t)) { xla_device = x->device(); break; }
+        }
+      }
+    }
+  }
   static bool debug = [] {
     const char* e = std::getenv("PT_XLA_DEBUG");
     return e && *e && std::string(e) != "0";
@@ -511,6 +538,16 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                  op.schema().name().c_str());
   }
   at::native::cpu_fallback(op, stack);
+  if (xla_device < 0) return;
+  auto rets = torch::jit::last(*stack, op.schema().returns().size());
+  for (size_t i = 0; i < rets.size(); ++i) {
+    const auto& alias = op.schema().returns()[i].alias_info();
+    if (alias) continue;  // an argument written in place stays where it is
+    c10::IValue& v = (*stack)[stack->size() - rets.size() + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu()) {
+      v = MakeXla(FromCpu(v.toTensor(), xla_device));
+    }
+  }
 }
 
 void CopyInto(const at::Tensor& self, const at::Tensor& src) {
@@ -738,6 +775,8 @@ void RegisterKernels() {
     }
   }
   RegisterInplaceMetaKernels();
+  RegisterFunctionalizationFixes({"add_.Tensor", "mul_.Tensor", "div_.Tensor", "addcdiv_", "addcmul_", "lerp_.Scalar",
+                                  "lerp_.Tensor", "sqrt_"});
   static torch::Library* fallback =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
   fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());

@@ -124,6 +124,12 @@ void SetConfigResolver(std::function<RuntimeConfig()> resolver) {
 bool ClientStarted() { return g_client != nullptr; }
 
 runtime::Client& GetClient() {
+  if (runtime::InForkedChild()) {
+    throw std::runtime_error(
+        "the XLA runtime was started in the parent process before os.fork(): a forked child cannot use it. "
+        "Start worker processes with xmp.spawn (start_method='spawn'), torch.multiprocessing's 'spawn' start "
+        "method, or fork before the first XLA operation");
+  }
   if (g_client) return *g_client;
   std::lock_guard<std::mutex> g(g_client_mu);
   if (!g_client) {
@@ -134,6 +140,7 @@ runtime::Client& GetClient() {
     o.platform_hint = g_config.device_type;
     o.cpu_device_count = g_config.cpu_device_count;
     g_client = runtime::Client::Create(o);
+    runtime::WatchForFork();
   }
   return *g_client;
 }
@@ -313,9 +320,23 @@ std::vector<RanCheck>& RanChecks() {
 }  // namespace
 
 void AddCheck(Value all_ok, std::string message, int device) {
+  std::string where = CurrentUserScope();
+  if (!where.empty()) message += " (raised by the op at " + where + ")";
   std::lock_guard<std::mutex> g(g_check_mu);
   auto& v = PendingChecks()[device];
   if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message)});
+}
+
+size_t PendingCheckCount(int device) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto it = PendingChecks().find(device);
+  return it == PendingChecks().end() ? 0 : it->second.size();
+}
+
+void DropPendingChecks(int device, size_t keep) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto it = PendingChecks().find(device);
+  if (it != PendingChecks().end() && it->second.size() > keep) it->second.resize(keep);
 }
 
 void RaiseFailedChecks() {
@@ -603,7 +624,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
 }
 
 // Runs one device's pending tensors (and pending checks) as one graph.
-void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
   std::vector<PendingCheck> checks;
   {
     std::lock_guard<std::mutex> g(g_check_mu);
@@ -629,13 +650,7 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   Hash128 key = GraphHash(po, roots, device);
   std::shared_ptr<Computation> comp;
-  try {
-    comp = LookupOrCompile(key, po, roots, device, opts);
-  } catch (const std::exception& e) {
-    // These tensors cannot be computed: mark them, so later syncs of other work still run.
-    for (auto& t : tensors) t->SetError(e.what());
-    throw;
-  }
+  comp = LookupOrCompile(key, po, roots, device, opts);
   if (opts.executed) opts.executed->push_back(key);
 
   std::vector<PJRT_Buffer*> args;
@@ -668,6 +683,30 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
     for (size_t k = 0; k < checks.size(); ++k) {
       RanChecks().push_back({datas[n_tensor_roots + k], checks[k].message});
     }
+  }
+}
+
+// A graph that fails to compile or run must not take the values of the other tensors with it: on a
+// failure, each tensor is computed alone (a tensor whose value is already device data needs no more
+// than an identity graph); only those that fail alone lose their value, with the error as reason.
+void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+  try {
+    SyncDeviceOnce(tensors, device, opts);
+  } catch (const std::exception& e) {
+    if (tensors.size() <= 1) {
+      for (auto& t : tensors) t->SetError(e.what());
+      throw;
+    }
+    for (auto& t : tensors) {
+      if (!t->HasPending()) continue;
+      try {
+        std::vector<TensorPtr> one{t};
+        SyncDeviceOnce(one, device, opts);
+      } catch (const std::exception& e2) {
+        t->SetError(e2.what());
+      }
+    }
+    throw;
   }
 }
 

@@ -81,7 +81,12 @@ class IndexCheckError : public std::out_of_range {
  public:
   using std::out_of_range::out_of_range;
 };
+// The message gains the Python source line of the op that added the check.
 void AddCheck(ir::Value all_ok, std::string message, int device);
+// Checks pending for `device`; DropPendingChecks keeps the first `keep` (an op whose results turned out
+// empty drops the checks it added).
+size_t PendingCheckCount(int device);
+void DropPendingChecks(int device, size_t keep);
 // Raises for any executed check that failed (awaits their results).
 void RaiseFailedChecks();
 

@@ -228,6 +228,11 @@ Value Cast(const Value& x, DType t) {
     // C-style truncation toward zero, as eager.
     return ir::Convert(x, t);
   }
+  if (x.dtype() == DType::kPred && ir::IsFloating(t)) {
+    // XLA's algebraic simplifier rewrites multiply(a, convert(pred)) into select(pred, a, 0), which
+    // turns NaN * False and inf * False into 0 (eager: NaN). A select keeps IEEE semantics.
+    return ir::Select(x, ir::Full(1, ir::Shape(t, x.dims())), ir::Full(0, ir::Shape(t, x.dims())));
+  }
   return ir::Convert(x, t);
 }
 
@@ -287,7 +292,10 @@ Value PermuteDims(const Value& x, const std::vector<int64_t>& perm) {
 
 Value Softmax(const Value& x, int64_t dim, bool log) {
   dim = ir::NormalizeDim(dim, x.rank());
-  if (x.rank() == 0) return log ? ir::Full(0, x.shape()) : ir::Full(1, x.shape());
+  if (x.rank() == 0) {  // exp(x - x) / exp(x - x): NaN for NaN and +-inf, as eager
+    Value d = Bin(Op::kSub, x, x);
+    return log ? d : ir::Unary(Op::kExp, d);
+  }
   if (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) {  // eager computes these in float32
     return Cast(Softmax(Cast(x, DType::kF32), dim, log), x.dtype());
   }

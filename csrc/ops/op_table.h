@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -79,6 +80,10 @@ class OpArgs {
 // Thrown by a row when this call cannot be lowered (e.g. a value-dependent output shape): the
 // bridge runs the op on the CPU fallback instead. Correct, counted as aten::<name>.
 struct NotLowered {};
+// Thrown by a row for eager's IndexError (the bridge raises it as IndexError, not RuntimeError).
+struct IndexError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 using OpFn = std::function<std::vector<Value>(OpArgs&)>;
 struct OpRow {

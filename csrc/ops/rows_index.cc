@@ -577,6 +577,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"index.Tensor", index});
   rows.push_back({"_unsafe_index.Tensor", index});
   auto index_put = [](OpArgs& a) -> V {
+    auto MaskDims = [](const std::vector<int64_t>& d) { return ir::DimsToString(d); };
     Value x = a.V(0);
     const auto& ix = a.TL(1);
     for (const auto& t : ix) {
@@ -585,6 +586,14 @@ void AddIndexRows(std::vector<OpRow>& rows) {
         if (ix.size() == 1 && a.V(2).shape().numel() == 1) {
           // The mask covers the leading dims: align it there before broadcasting.
           std::vector<int64_t> md = t.v.dims();
+          if (md.size() > x.dims().size()) throw IndexError("too many indices for tensor of dimension " + std::to_string(x.rank()));
+          for (size_t j = 0; j < md.size(); ++j) {
+            if (md[j] != x.dims()[j]) {
+              throw IndexError("The shape of the mask " + MaskDims(t.v.dims()) + " at index " +
+                               std::to_string(j) + " does not match the shape of the indexed tensor " +
+                               MaskDims(x.dims()) + " at index " + std::to_string(j));
+            }
+          }
           while (static_cast<int>(md.size()) < x.rank()) md.push_back(1);
           Value m = BroadcastTo(ir::Reshape(Cast(t.v, DType::kPred), md), x.dims());
           Value v = BroadcastTo(Cast(ir::Reshape(a.V(2), {}), x.dtype()), x.dims());

@@ -18,6 +18,12 @@ struct PJRT_Event;
 
 namespace txla::runtime {
 
+// A process forked after the client started inherits the plugin's state without its threads: no
+// PJRT call can work there. WatchForFork (called when a client starts) marks such children; in them
+// every handle is leaked instead of destroyed, and the graph layer raises at the first use.
+void WatchForFork();
+bool InForkedChild();
+
 // Every PJRT error becomes one of these, carrying the plugin's message.
 // Default visibility + an out-of-line destructor (the key function) so that one
 // typeinfo is shared by the core library and the Python modules that catch it.

@@ -1,0 +1,213 @@
+"""Issue #7 regressions: each case once gave a silently wrong answer, accepted an invalid program,
+lost data or hung. Every result is compared with eager CPU (values, NaN positions, signed zeros,
+dtypes, shapes) and every error with eager's exception type."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_xla
+
+DEV = torch_xla.device()
+NAN, INF = float("nan"), float("inf")
+
+
+def _expand_fill(d):
+    t = torch.tensor([1.0, NAN, INF], device=d)
+    t.expand(3).fill_(-3)
+    return t
+
+
+def _expand_empty_pow(d):
+    x = torch.tensor([1.0, -0.0, INF, NAN], device=d)
+    x.expand(4)[4:].pow_(2)
+    return x
+
+
+def _expand_bool_fill(d):
+    x = torch.tensor([True, False], device=d)
+    x.expand(2).fill_(True)
+    return x
+
+
+def _expand_overlap_fill(d):
+    x = torch.zeros(3, device=d)
+    x.expand(2, 3).fill_(1)
+    return x
+
+
+def _expand_row_fill(d):
+    x = torch.ones(2, 1, device=d)
+    x.expand(2, 3)[0].fill_(5)
+    return x
+
+
+def _unfold_mul(d):
+    t = torch.arange(1.0, 7.0, device=d)
+    t.unfold(0, 1, 2).mul_(10)
+    return t
+
+
+def _unfold_2d_fill(d):
+    t = torch.arange(12.0, device=d).reshape(3, 4)
+    t.unfold(1, 2, 2)[1].fill_(-0.0)
+    return t
+
+
+CASES = {
+    "expand_fill_keeps_inf_nan": _expand_fill,
+    "expand_empty_slice_writes_nothing": _expand_empty_pow,
+    "expand_bool_fill": _expand_bool_fill,
+    "expand_overlapping_fill": _expand_overlap_fill,
+    "expand_then_select_fill": _expand_row_fill,
+    "unfold_gaps_untouched": _unfold_mul,
+    "unfold_2d_fill": _unfold_2d_fill,
+    "nan_times_false": lambda d: torch.tensor([NAN, INF, 2.0], device=d) * torch.tensor([False, False, True], device=d),
+    "nan_times_mask_float": lambda d: torch.tensor([NAN, INF, 2.0], device=d) * torch.tensor([0, 0, 1], device=d).bool().float(),
+    "f16_times_big_scalar": lambda d: torch.tensor([1e-3, 2.0], dtype=torch.float16, device=d) * 1e5,
+    "f16_div_big_scalar": lambda d: torch.tensor([1e-3, 2.0], dtype=torch.float16, device=d) / 1e5,
+    "bf16_add_small_scalar": lambda d: torch.tensor([1.0, 256.0], dtype=torch.bfloat16, device=d) + 1e-3,
+    "softmax_0d_nan": lambda d: torch.softmax(torch.tensor(NAN, device=d), -1),
+    "log_softmax_0d_nan": lambda d: torch.log_softmax(torch.tensor(NAN, device=d), -1),
+    "softmax_0d_finite": lambda d: torch.softmax(torch.tensor(5.0, device=d), 0),
+    "adaptive_pool_uneven_inf": lambda d: F.adaptive_avg_pool2d(torch.tensor([[[1, INF], [2, 3], [4, 5]]], device=d), (2, 1)),
+    "adaptive_pool_uneven_values": lambda d: F.adaptive_avg_pool2d(
+        torch.arange(70.0, device=d).reshape(1, 2, 7, 5).sin(), (3, 4)),
+    "sign_nan_negzero": lambda d: torch.sign(torch.tensor([NAN, -0.0, -2.0, 3.0], device=d)),
+    "pow_minus_half": lambda d: torch.pow(torch.tensor([-INF, -0.0, 4.0], device=d), -0.5),
+    "pow_half_negzero": lambda d: torch.pow(torch.tensor([-0.0, 4.0], device=d), 0.5),
+    "pow_three_minus_two": lambda d: torch.stack([torch.tensor([-2.0, INF], device=d) ** 3,
+                                                  torch.tensor([-0.0, INF], device=d) ** -2]),
+    "floor_div_inf": lambda d: torch.div(torch.tensor([-INF, INF], device=d), torch.tensor([2.0, -2.0], device=d),
+                                         rounding_mode="floor"),
+    "floor_div_by_inf": lambda d: torch.tensor([-3.0, 3.0, -0.0], device=d).div(INF, rounding_mode="floor"),
+    "floor_div_values": lambda d: torch.div(torch.tensor([7.0, -7.0, 7.5, -0.0, 1.0], device=d),
+                                            torch.tensor([2.0, 2.0, -2.5, 3.0, 0.0], device=d), rounding_mode="floor"),
+    "empty_index_select": lambda d: torch.zeros(2, 0, device=d).index_select(1, torch.tensor([], dtype=torch.long, device=d)),
+    "scalar_floordiv_tensor": lambda d: 7 // torch.arange(1, 4, device=d),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager(name):
+    fn = CASES[name]
+    ref = fn("cpu")
+    out = fn(DEV)
+    assert out.device.type == "xla", f"{name}: result on {out.device}"
+    got = out.cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    torch.testing.assert_close(got, ref, equal_nan=True, rtol=1e-3 if ref.dtype == torch.float16 else 1.3e-6,
+                               atol=1e-5)
+    if ref.is_floating_point():  # signed zeros and infinities too
+        assert torch.equal(torch.signbit(got), torch.signbit(ref)), f"{name}: signs {got} vs {ref}"
+
+
+def _inplace_broadcast(d):
+    t = torch.ones(1, dtype=torch.long, device=d) * 7
+    t %= torch.tensor([2, 3, 4, 5], device=d)
+    return t
+
+
+def _mask_shape(d):
+    t = torch.zeros(3, 2, device=d)
+    t[torch.tensor([[True]], device=d)] = 5.0
+    return t
+
+
+def _overlap_add(d):
+    x = torch.zeros(3, device=d)
+    x.expand(2, 3).add_(1)
+    return x
+
+
+def _int_neg_pow(d):
+    return torch.tensor([2, 3], device=d) ** -1
+
+
+def _inplace_int_div(d):
+    x = torch.tensor([4, 6], device=d)
+    x /= 2
+    return x
+
+
+ERRORS = {
+    "inplace_broadcast_shape": (_inplace_broadcast, RuntimeError),
+    "mask_shape_mismatch": (_mask_shape, IndexError),
+    "inplace_internal_overlap": (_overlap_add, RuntimeError),
+    "int_negative_power": (_int_neg_pow, RuntimeError),
+    "inplace_result_cast": (_inplace_int_div, RuntimeError),
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_raises_as_eager(name):
+    fn, exc = ERRORS[name]
+    with pytest.raises(exc):
+        fn("cpu")
+    with pytest.raises(exc):
+        fn(DEV).cpu()
+
+
+def test_index_error_names_op_and_line():
+    t = torch.randn(5, device=DEV)
+    t.index_select(0, torch.tensor([7], device=DEV))  # result never read
+    with pytest.raises(IndexError, match=r"index_select.*test_never_wrong.py:\d+"):
+        (t * 2).cpu()
+    assert (t * 2).cpu().shape == (5,)  # raised once, the device keeps working
+
+
+def test_empty_result_index_check_never_fires():
+    t = torch.zeros(0, 3, device=DEV)
+    out = t.index_select(1, torch.tensor([1, 2], device=DEV))
+    assert out.cpu().shape == (0, 2)
+    torch_xla.sync()
+
+
+def _run(code, env=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def test_fork_after_start_raises_in_child():
+    code = """
+import os, sys, torch, torch_xla
+d = torch_xla.device()
+a = torch.ones(3, device=d); assert a.sum().item() == 3
+pid = os.fork()
+if pid == 0:
+    try:
+        (a + 1).cpu()
+        os._exit(3)
+    except RuntimeError as e:
+        os._exit(0 if "fork" in str(e) else 4)
+_, st = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(st))
+"""
+    r = _run(code, timeout=60)
+    assert "child 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_cpu_num_devices_cap():
+    r = _run("import torch, torch_xla; torch.ones(1, device=torch_xla.device())", {"CPU_NUM_DEVICES": "100000"})
+    assert r.returncode != 0 and "ValueError" in r.stderr and "1024" in r.stderr, r.stderr[-500:]
+
+
+def test_unknown_xla_flag_is_python_error():
+    r = _run("""
+import torch, torch_xla
+try:
+    torch.ones(1, device=torch_xla.device())
+except ValueError as e:
+    print("ValueError", e)
+""", {"XLA_FLAGS": "--xla_this_flag_does_not_exist=1"})
+    assert r.returncode == 0 and "xla_this_flag_does_not_exist" in r.stdout, r.stdout + r.stderr[-500:]
+
+
+def test_known_xla_flag_accepted():
+    r = _run("import torch, torch_xla; print(torch.ones(2, device=torch_xla.device()).sum().item())",
+             {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})
+    assert r.returncode == 0 and "2.0" in r.stdout, r.stderr[-500:]
