@@ -133,7 +133,53 @@ def _inplace_int_div(d):
     return x
 
 
+def _li(d):
+    return torch.tensor([1, 2, 3], device=d)
+
+
+def _bo(d):
+    return torch.tensor([True, False], device=d)
+
+
+def _cross_device(d):
+    if d == "cpu":
+        raise RuntimeError("two devices")
+    return torch.ones(2, device="xla:0") + torch.ones(2, device="xla:1")
+
+
 ERRORS = {
+    "layer_norm_int": (lambda d: F.layer_norm(_li(d), (3,)), NotImplementedError),
+    "std_int": (lambda d: _li(d).std(), RuntimeError),
+    "var_int": (lambda d: _li(d).var(), RuntimeError),
+    "vector_norm_int": (lambda d: torch.linalg.vector_norm(_li(d)), RuntimeError),
+    "topk_bool": (lambda d: _bo(d).topk(1), RuntimeError),
+    "argmax_bool": (lambda d: _bo(d).argmax(), RuntimeError),
+    "abs_bool": (lambda d: _bo(d).abs(), NotImplementedError),
+    "dot_bool": (lambda d: _bo(d).dot(_bo(d)), NotImplementedError),
+    "matmul_bool": (lambda d: _bo(d).view(1, 2) @ _bo(d).view(2, 1), NotImplementedError),
+    "lerp_int": (lambda d: torch.lerp(_li(d), _li(d), 0.5), NotImplementedError),
+    "addcdiv_int": (lambda d: torch.addcdiv(_li(d), _li(d), _li(d)), RuntimeError),
+    "float_index": (lambda d: _li(d)[torch.tensor([0.0], device=d)], IndexError),
+    "full_uint8_overflow": (lambda d: torch.full((2,), 300, dtype=torch.uint8, device=d), RuntimeError),
+    "fill_f16_overflow": (lambda d: torch.ones(2, dtype=torch.float16, device=d).fill_(1e6), RuntimeError),
+    "float_alpha_int_add": (lambda d: torch.add(_li(d), _li(d), alpha=0.5), RuntimeError),
+    "int_mod_zero_scalar": (lambda d: _li(d) % 0, RuntimeError),
+    "int_mod_zero_tensor": (lambda d: _li(d) % torch.tensor([1, 0, 1], device=d), RuntimeError),
+    "int_div_trunc_zero": (lambda d: torch.div(_li(d), 0, rounding_mode="trunc"), RuntimeError),
+    "int_floordiv_zero_tensor": (lambda d: _li(d) // torch.zeros(3, dtype=torch.long, device=d), RuntimeError),
+    "maxpool_too_small": (lambda d: F.max_pool2d(torch.ones(1, 1, 2, 2, device=d), 3), RuntimeError),
+    "avgpool_too_small": (lambda d: F.avg_pool2d(torch.ones(1, 1, 2, 2, device=d), 3), RuntimeError),
+    "one_hot_out_of_range": (lambda d: F.one_hot(_li(d), 2), RuntimeError),
+    "gather_out_of_range": (lambda d: _li(d).gather(0, torch.tensor([5], device=d)), RuntimeError),
+    "scatter_out_of_range": (lambda d: _li(d).scatter(0, torch.tensor([5], device=d), _li(d)[:1]), RuntimeError),
+    "empty_max": (lambda d: torch.zeros(0, device=d).max(), RuntimeError),
+    "empty_argmax": (lambda d: torch.zeros(0, device=d).argmax(), IndexError),
+    "empty_amax_dim": (lambda d: torch.zeros(0, 3, device=d).amax(0), IndexError),
+    "empty_min_dim": (lambda d: torch.zeros(0, 3, device=d).min(0), IndexError),
+    "softmax_int": (lambda d: torch.softmax(_li(d), 0), NotImplementedError),
+    "pow_bool_bool": (lambda d: torch.pow(_bo(d), _bo(d)), NotImplementedError),
+    "random_from_ge_to": (lambda d: torch.zeros(2, device=d).random_(5, 5), RuntimeError),
+    "two_xla_devices": (_cross_device, RuntimeError),
     "inplace_broadcast_shape": (_inplace_broadcast, RuntimeError),
     "mask_shape_mismatch": (_mask_shape, IndexError),
     "inplace_internal_overlap": (_overlap_add, RuntimeError),
@@ -149,6 +195,29 @@ def test_raises_as_eager(name):
         fn("cpu")
     with pytest.raises(exc):
         fn(DEV).cpu()
+        torch_xla.sync()
+
+
+def test_no_host_storage():
+    x = torch.ones(2, device=DEV)
+    with pytest.raises(RuntimeError, match="XLA tensor"):
+        x.data_ptr()
+    with pytest.raises(RuntimeError, match="XLA tensor"):
+        x.untyped_storage()
+    assert torch.ones(2).data_ptr() != 0
+
+
+def test_cpu_indices_and_masks():
+    base = torch.arange(6.0).view(2, 3)
+    x = base.to(DEV)
+    idx = torch.tensor([2, 0])
+    torch.testing.assert_close(x[:, idx].cpu(), base[:, idx])
+    mask = torch.tensor([True, False, True])
+    torch.testing.assert_close(x[:, mask].cpu(), base[:, mask])
+    y, yb = x.clone(), base.clone()
+    y[:, mask] = 10.0
+    yb[:, mask] = 10.0
+    torch.testing.assert_close(y.cpu(), yb)
 
 
 def test_index_error_names_op_and_line():

@@ -15,6 +15,9 @@ import torch
 
 from . import _C  # registers the XLA kernels with the dispatcher
 from ._internal import plugins as _plugins
+from ._internal import storage as _storage
+
+_storage.install()
 
 try:
     __version__ = _metadata.version("torch_xla")

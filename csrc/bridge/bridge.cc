@@ -276,6 +276,8 @@ class RowKernel : public c10::OperatorKernel {
       return;
     } catch (const ops::IndexError& e) {
       TORCH_CHECK_INDEX(false, args.op_name, ": ", e.what());
+    } catch (const ops::NotImplementedError& e) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
     } catch (const ir::ShapeError& e) {
       // Eager raises RuntimeError for size and argument mismatches.
       std::string msg = e.what();
@@ -425,11 +427,23 @@ class RowKernel : public c10::OperatorKernel {
     return 0;
   }
 
-  ops::TensorArg TensorArgOf(const at::Tensor& t, int device) const {
+  ops::TensorArg TensorArgOf(const at::Tensor& t, int device, bool index = false) const {
     ops::TensorArg ta;
     if (!t.defined()) return ta;
     if (auto x = TryGetXla(t)) {
+      if (x->device() != device) {
+        // copy_ between devices moves the data; any other op refuses, as eager does for two CUDA devices.
+        TORCH_CHECK(allow_cpu_tensors_, "Expected all tensors to be on the same device, but found at least two devices, xla:",
+                    device, " and xla:", x->device(), "! (in ", row_->aten, ")");
+        ta.v = FromCpu(ToCpu(x), device)->GetValue();
+        return ta;
+      }
       ta.v = x->GetValue();
+      return ta;
+    }
+    if (index && t.device().is_cpu()) {
+      // Index tensors and masks may live on the CPU, as with CUDA tensors.
+      ta.v = FromCpu(t, device)->GetValue();
       return ta;
     }
     if (t.device().is_cpu() && t.dim() == 0) {
@@ -467,7 +481,7 @@ class RowKernel : public c10::OperatorKernel {
       case ArgClass::kOptTensorList:
         out->kind = ops::Arg::kOptTensorList;
         for (const auto& e : v.toListRef()) {
-          out->tl.push_back(e.isNone() ? ops::TensorArg{} : TensorArgOf(e.toTensor(), device));
+          out->tl.push_back(e.isNone() ? ops::TensorArg{} : TensorArgOf(e.toTensor(), device, /*index=*/true));
         }
         return;
       case ArgClass::kScalar: out->kind = ops::Arg::kScalar; out->s = ToScalar(v); return;

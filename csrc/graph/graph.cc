@@ -303,10 +303,12 @@ namespace {
 struct PendingCheck {
   Value pred;
   std::string message;
+  bool runtime_error = false;
 };
 struct RanCheck {
   ir::DeviceDataPtr result;
   std::string message;
+  bool runtime_error = false;
 };
 std::mutex g_check_mu;
 std::map<int, std::vector<PendingCheck>>& PendingChecks() {
@@ -319,12 +321,12 @@ std::vector<RanCheck>& RanChecks() {
 }
 }  // namespace
 
-void AddCheck(Value all_ok, std::string message, int device) {
+void AddCheck(Value all_ok, std::string message, int device, bool runtime_error) {
   std::string where = CurrentUserScope();
   if (!where.empty()) message += " (raised by the op at " + where + ")";
   std::lock_guard<std::mutex> g(g_check_mu);
   auto& v = PendingChecks()[device];
-  if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message)});
+  if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message), runtime_error});
 }
 
 size_t PendingCheckCount(int device) {
@@ -348,6 +350,7 @@ void RaiseFailedChecks() {
   for (auto& c : ran) {
     uint8_t ok = 1;
     c.result->buffer.ToHost(&ok, 1);
+    if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
 }
@@ -681,7 +684,7 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   if (!checks.empty()) {
     std::lock_guard<std::mutex> g(g_check_mu);
     for (size_t k = 0; k < checks.size(); ++k) {
-      RanChecks().push_back({datas[n_tensor_roots + k], checks[k].message});
+      RanChecks().push_back({datas[n_tensor_roots + k], checks[k].message, checks[k].runtime_error});
     }
   }
 }

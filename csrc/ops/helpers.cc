@@ -340,8 +340,16 @@ Value RandomNormal(const ir::Shape& s, int device) {
   return Cast(ir::Binary(Op::kMul, r, ir::Unary(Op::kCos, th)), s.dtype);
 }
 
+void CheckNonZeroDivisor(const Value& divisor, int device) {
+  if (divisor.shape().numel() == 0) return;
+  Value nz = ir::Compare(ir::CompareDir::kNE, divisor, ir::Full(0, divisor.shape()));
+  std::vector<int64_t> all(divisor.rank());
+  std::iota(all.begin(), all.end(), 0);
+  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, nz, all), "ZeroDivisionError", device, /*runtime_error=*/true);
+}
+
 void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string& message, int device,
-                     std::optional<int64_t> ignore) {
+                     std::optional<int64_t> ignore, bool runtime_error) {
   if (idx.shape().numel() == 0) return;
   Value i = Cast(idx, DType::kS64);
   const ir::Shape& s = i.shape();
@@ -350,7 +358,7 @@ void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string
   if (ignore) ok = ir::Binary(Op::kOr, ok, ir::Compare(ir::CompareDir::kEQ, i, ir::Full(static_cast<double>(*ignore), s)));
   std::vector<int64_t> all(i.rank());
   std::iota(all.begin(), all.end(), 0);
-  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device);
+  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device, runtime_error);
 }
 
 Value ResampleLast2(const Value& x, const Value& ah, const Value& aw) {

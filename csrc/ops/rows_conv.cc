@@ -162,9 +162,17 @@ PoolGeom Pool(const Value& x, int nsp, std::vector<int64_t> k, std::vector<int64
     int64_t in = x.dims()[lead + i], span = d[i] * (k[i] - 1) + 1;
     if (p[i] * 2 > k[i]) throw ir::ShapeError("pad should be at most half of effective kernel size");
     int64_t num = in + 2 * p[i] - span;
-    int64_t o = (ceil_mode ? (num + s[i] - 1) / s[i] : num / s[i]) + 1;
+    auto floor_div = [](int64_t n, int64_t q) { return n >= 0 ? n / q : -((-n + q - 1) / q); };
+    int64_t o = (ceil_mode ? floor_div(num + s[i] - 1, s[i]) : floor_div(num, s[i])) + 1;
     if (ceil_mode && (o - 1) * s[i] >= in + p[i]) --o;
-    if (o <= 0) throw ir::ShapeError("Output size is too small");
+    if (o <= 0) {
+      std::string in_s, out_s;
+      for (int j = 0; j < x.rank(); ++j) {
+        if (j < lead - 1) continue;
+        in_s += (in_s.empty() ? "" : "x") + std::to_string(x.dims()[j]);
+      }
+      throw ir::ShapeError("Given input size: (" + in_s + "). Calculated output size: (...). Output size is too small");
+    }
     g.out.push_back(o);
     g.window.push_back(k[i]);
     g.strides.push_back(s[i]);

@@ -117,6 +117,7 @@ V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mo
   if (OpMath(t) != t && mode && *mode == "floor") return {Cast(DivMode(a, other_in, mode, OpMath(t))[0], t)};
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
+    CheckNonZeroDivisor(y, a.device);
     if (*mode == "trunc") return {Bin(Op::kDiv, x, y)};
     return {FloorDivInt(x, y)};
   }

@@ -49,7 +49,7 @@ Value FullCoordinates(const Value& index, int64_t dim) {
 void CheckDim(const Value& x, int64_t dim, const Value& index, const char* op, int device) {
   int64_t n = x.rank() == 0 ? 1 : x.dims()[dim];
   CheckIndexRange(index, 0, n, std::string(op) + "(): index out of bounds for dimension " + std::to_string(dim) +
-                  " with size " + std::to_string(n), device);
+                  " with size " + std::to_string(n), device, std::nullopt, /*runtime_error=*/true);
 }
 
 Value GatherDim(const Value& x, int64_t dim, const Value& index) {
@@ -152,7 +152,7 @@ IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices, in
     Value i = Cast(BroadcastTo(p.idx[k], shape), DType::kS64);
     int64_t n = self.dims()[p.indexed[k]];
     CheckIndexRange(p.idx[k], -n, n, "index is out of bounds for dimension " + std::to_string(p.indexed[k]) +
-                    " with size " + std::to_string(n), device);
+                    " with size " + std::to_string(n), device, std::nullopt, /*runtime_error=*/true);
     Value neg = ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape()));
     p.idx[k] = ir::Select(neg, ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
   }
@@ -442,6 +442,10 @@ OpFn FmodLike(bool python_remainder, bool scalar) {
     const TensorArg& self = a.T(0);
     DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
     Value x = Cast(self.v, t), y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    if (ir::IsIntegral(t, true)) {
+      if (scalar && a.S(1).AsDouble() == 0) a.Fail("ZeroDivisionError");
+      if (!scalar) CheckNonZeroDivisor(y, a.device);
+    }
     auto dims = BroadcastShapes(x.dims(), y.dims());
     x = BroadcastTo(x, dims);
     y = BroadcastTo(y, dims);

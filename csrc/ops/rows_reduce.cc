@@ -30,7 +30,7 @@ std::vector<int64_t> DimsOrAll(const OpArgs& a, size_t k, const Value& x) {
 Value MinMax(ir::ReduceKind kind, const Value& x, const std::vector<int64_t>& dims, bool keepdim) {
   for (int64_t d : dims) {
     if (x.rank() > 0 && x.dims()[d] == 0) {
-      throw ir::ShapeError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+      throw IndexError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
     }
   }
   Value r = ir::Reduce(kind, x, dims);
@@ -41,7 +41,7 @@ V ArgMinMax(const OpArgs& a, ir::ArgKind kind) {
   Value x = a.V(0);
   auto dim = a.OptInt(1);
   bool keepdim = a.Bool(2);
-  if (x.shape().numel() == 0) a.Fail("Expected reduction dim to be specified for input.numel() == 0.");
+  if (x.shape().numel() == 0) throw IndexError("Expected reduction dim to be specified for input.numel() == 0.");
   if (!dim) {
     Value flat = ir::Reshape(x, {x.shape().numel()});
     Value idx = ir::ArgReduce(kind, flat, 0).second;
@@ -59,7 +59,7 @@ V MinMaxDim(const OpArgs& a, ir::ArgKind kind) {
   bool keepdim = a.Bool(2);
   if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
   int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
-  if (x.dims()[d] == 0) a.Fail("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+  if (x.dims()[d] == 0) throw IndexError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
   auto [vals, idx] = ir::ArgReduce(kind, x, d);
   if (keepdim) return {KeepDims(vals, x.dims(), {d}), KeepDims(idx, x.dims(), {d})};
   return {vals, idx};
