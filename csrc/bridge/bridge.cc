@@ -240,6 +240,7 @@ class RowKernel : public c10::OperatorKernel {
   explicit RowKernel(const ops::OpRow* row)
       : row_(row), allow_cpu_tensors_(row->aten == "copy"),
         shares_input_(row->aten == "alias_copy" || row->aten == "detach_copy"),
+        strided_factory_(row->aten == "empty_strided"),
         counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
     // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
     std::string base = row->aten.substr(0, row->aten.find('.'));
@@ -319,6 +320,7 @@ class RowKernel : public c10::OperatorKernel {
       }
     }
     if (view_op_) ViewStrides(ivs, results);
+    if (strided_factory_) FactoryStrides(ivs, results);
     torch::jit::drop(*stack, n);
     if (graph::EagerMode() && !graph::InCompiledRegion()) RunNow(results);
     for (auto& v : results) stack->push_back(std::move(v));
@@ -354,6 +356,21 @@ class RowKernel : public c10::OperatorKernel {
       }
     } catch (const std::exception&) {
       // Layout only: keep contiguous metadata if the view cannot be replayed.
+    }
+  }
+
+  // empty_strided with a dense layout (how CPU tensors' .to("xla") preserves a transposed layout):
+  // the result reports the requested strides, as on CUDA.
+  static void FactoryStrides(c10::ArrayRef<c10::IValue> ivs, const std::vector<c10::IValue>& results) {
+    if (ivs.size() < 2 || results.empty() || !results[0].isTensor()) return;
+    std::vector<int64_t> size = ToInts(ivs[0]), stride = ToInts(ivs[1]);
+    if (size.size() != stride.size()) return;
+    at::Tensor probe = at::empty_strided(size, stride, at::TensorOptions().device(at::kMeta));
+    if (probe.is_contiguous() || !probe.is_non_overlapping_and_dense()) return;
+    at::Tensor out = results[0].toTensor();
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
+    if (at::functionalization::impl::isFunctionalTensor(out)) {
+      at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
     }
   }
 
@@ -503,6 +520,7 @@ class RowKernel : public c10::OperatorKernel {
   const ops::OpRow* row_;
   bool allow_cpu_tensors_;
   bool shares_input_;
+  bool strided_factory_;
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;
@@ -514,6 +532,32 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string& name = op.schema().name();
+  if (name == "aten::as_strided_copy" || name == "aten::as_strided") {
+    // A tensor that owns a dense storage (offset 0, non-overlapping and dense, e.g. moved with
+    // .to() from a transposed CPU tensor, which keeps eager's strides): rebuild that storage on the
+    // CPU with the tensor's strides, then read it as eager would.
+    const auto& args = op.schema().arguments();
+    auto ivs = torch::jit::last(*stack, args.size());
+    if (ivs.size() >= 3 && ivs[0].isTensor()) {
+      const at::Tensor& t = ivs[0].toTensor();
+      auto x = TryGetXla(t);
+      if (x && t.storage_offset() == 0 && t.is_non_overlapping_and_dense()) {
+        at::Tensor logical = ToCpu(x);
+        at::Tensor storage = at::empty_strided(t.sizes(), t.strides(), logical.options());
+        storage.copy_(logical);
+        std::vector<int64_t> size = ToInts(ivs[1]), stride = ToInts(ivs[2]);
+        std::optional<int64_t> offset;
+        if (ivs.size() > 3 && !ivs[3].isNone()) {
+          offset = ivs[3].isSymInt() ? ivs[3].toSymInt().guard_int(__FILE__, __LINE__) : ivs[3].toInt();
+        }
+        at::Tensor r = storage.as_strided(size, stride, offset).clone();
+        metrics::IncrementCounter(name);
+        torch::jit::drop(*stack, args.size());
+        stack->push_back(MakeXla(FromCpu(r, x->device())));
+        return;
+      }
+    }
+  }
   if (name.rfind("aten::as_strided", 0) == 0) {
     // On the CPU the input is a dense copy of the view: its storage layout is lost. That is only
     // the same storage for a contiguous tensor at offset 0; anything else would read wrong elements.
@@ -606,14 +650,25 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
-                  std::optional<at::Device> device, std::optional<bool>, bool, std::optional<at::MemoryFormat>) {
+                  std::optional<at::Device> device, std::optional<bool>, bool,
+                  std::optional<at::MemoryFormat> memory_format) {
   auto x = TryGetXla(self);
   at::ScalarType st = dtype.value_or(self.scalar_type());
   if (!x) {
     // Host -> device upload (e.g. cpu_tensor.to("xla")).
     TORCH_CHECK(self.device().is_cpu(), "_to_copy: cannot copy from ", self.device(), " to an XLA device");
     int target = CheckedDevice(device && device->has_index() ? device->index() : 0);
-    return MakeXla(FromCpu(self.to(st), target));
+    at::Tensor out = MakeXla(FromCpu(self.to(st), target));
+    // .to() keeps a dense layout (memory_format=preserve), as for CUDA: a transposed tensor stays transposed.
+    bool preserve = !memory_format || *memory_format == at::MemoryFormat::Preserve;
+    if (preserve && !self.is_contiguous() && self.is_non_overlapping_and_dense()) {
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), self.strides());
+      if (at::functionalization::impl::isFunctionalTensor(out)) {
+        at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(
+            self.sizes(), self.strides());
+      }
+    }
+    return out;
   }
   if (device && device->type() != c10::DeviceType::XLA) {
     at::Tensor cpu = ToCpu(x);

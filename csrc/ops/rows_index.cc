@@ -152,7 +152,7 @@ IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices, in
     Value i = Cast(BroadcastTo(p.idx[k], shape), DType::kS64);
     int64_t n = self.dims()[p.indexed[k]];
     CheckIndexRange(p.idx[k], -n, n, "index is out of bounds for dimension " + std::to_string(p.indexed[k]) +
-                    " with size " + std::to_string(n), device, std::nullopt, /*runtime_error=*/true);
+                    " with size " + std::to_string(n), device);
     Value neg = ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape()));
     p.idx[k] = ir::Select(neg, ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
   }
@@ -330,6 +330,11 @@ Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<do
   return Cast(ir::Binary(Op::kAdd, w0, w1), t);
 }
 
+// Linear resampling along one dim as two gathered taps: out[o] = l0 * x[i0] + l1 * x[i1], where a
+// tap of weight 0 contributes exactly 0 (selected out, never 0 * x: an inf next to an exact sample
+// point must not turn it into NaN). Same indices and weights as LinearMatrix.
+Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale);
+
 // x gathered along `dim` at positions idx [n] (i64).
 Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
   int r = x.rank();
@@ -338,6 +343,36 @@ Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
   sizes[dim] = 1;
   for (int q = 0; q < r; ++q) if (q != dim) offset.push_back(q);
   return ir::Gather(x, ir::Reshape(idx, {n, 1}), offset, {dim}, {dim}, 1, sizes);
+}
+
+Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale) {
+  int64_t in = x.dims()[dim];
+  ir::Shape fs(DType::kF32, {out});
+  Value o = ir::Iota(fs, 0);
+  Value src;
+  if (align_corners) {
+    double s = out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
+    src = ir::Binary(Op::kMul, o, ir::Full(s, fs));
+  } else {
+    double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
+    src = ir::Binary(Op::kSub, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, ir::Full(0.5, fs)), ir::Full(s, fs)),
+                     ir::Full(0.5, fs));
+    src = ir::Binary(Op::kMax, src, ir::Full(0, fs));
+  }
+  ir::Shape is(DType::kS64, {out});
+  Value i0 = ir::Binary(Op::kMin, ir::Convert(ir::Unary(Op::kFloor, src), DType::kS64), ir::Full(static_cast<double>(in - 1), is));
+  Value i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, i0, ir::Full(1, is)), ir::Full(static_cast<double>(in - 1), is));
+  Value l1 = ir::Binary(Op::kSub, src, ir::Convert(i0, DType::kF32));
+  Value l0 = ir::Binary(Op::kSub, ir::Full(1, fs), l1);
+  std::vector<int64_t> od = x.dims();
+  od[dim] = out;
+  auto tap = [&](const Value& idx, const Value& w) {
+    Value g = GatherAlong(x, dim, idx);  // the gathered dim lands at `dim`
+    Value wb = ir::BroadcastInDim(Cast(w, x.dtype()), od, {dim});
+    Value nz = ir::BroadcastInDim(ir::Compare(CompareDir::kNE, w, ir::Full(0, fs)), od, {dim});
+    return ir::Select(nz, ir::Binary(Op::kMul, g, wb), ir::Full(0, g.shape()));
+  };
+  return ir::Binary(Op::kAdd, tap(i0, l0), tap(i1, l1));
 }
 
 // One-hot selection matrix [out, in] for nearest resampling.
@@ -781,9 +816,13 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     bool ac = a.Bool(2);
     int r = x.rank();
     DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-    Value ah = LinearMatrix(os[0], x.dims()[r - 2], ac, OptD(a, 3), ct);
-    Value aw = LinearMatrix(os[1], x.dims()[r - 1], ac, OptD(a, 4), ct);
-    return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
+    if (x.shape().numel() == 0 || os[0] == 0 || os[1] == 0) {
+      Value ah = LinearMatrix(os[0], x.dims()[r - 2], ac, OptD(a, 3), ct);
+      Value aw = LinearMatrix(os[1], x.dims()[r - 1], ac, OptD(a, 4), ct);
+      return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
+    }
+    Value y = Linear1d(Linear1d(Cast(x, ct), r - 2, os[0], ac, OptD(a, 3)), r - 1, os[1], ac, OptD(a, 4));
+    return {Cast(y, x.dtype())};
   }});
   rows.push_back({"upsample_bilinear2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);
