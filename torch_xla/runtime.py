@@ -101,3 +101,18 @@ def initialize_cache(path: str, readonly: bool = False):
         raise RuntimeError(f"the persistent cache is already initialized at {_cache_path}")
     _C._initialize_cache(path, bool(readonly))
     _cache_path = path
+
+
+# ==== Compatibility additions (issue #8). ====
+def set_device_type(pjrt_device: str) -> None:
+    """Sets the PJRT device type (PJRT_DEVICE) to use; must be called before the runtime starts."""
+    if not isinstance(pjrt_device, str) or not pjrt_device.strip():
+        raise ValueError(f"pjrt_device must be a non-empty str, got {pjrt_device!r}")
+    canonical = _plugins._canonical(pjrt_device) if _plugins._override_path() is None else pjrt_device.upper()
+    if _C._client_started():
+        current = _C._device_type()
+        if current != canonical:
+            raise RuntimeError(f"the runtime already started with device type {current}; "
+                               f"set_device_type({pjrt_device!r}) must be called before any device use")
+        return
+    os.environ["PJRT_DEVICE"] = pjrt_device.strip().upper()

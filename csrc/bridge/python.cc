@@ -162,4 +162,42 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_lowered_ops", []() { return bridge::RegisteredRows(); });
+
+  // ---- Hooks behind torch_xla._XLAC (the PyTorch/XLA names live in torch_xla/_XLAC.py).
+  m.def("_set_mat_mul_precision", [](int p) {
+    try {
+      ir::SetMatMulPrecision(p);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("_get_mat_mul_precision", &ir::MatMulPrecision);
+  m.def("_tensor_info", [](const at::Tensor& t) {
+    // Lazy-tensor state of an XLA tensor, for _get_xla_tensor_debug_info.
+    auto x = bridge::XlaFromUser(t);
+    py::dict d;
+    d["id"] = x->id();
+    d["device"] = x->device();
+    d["shape"] = x->shape().ToString();
+    d["has_data"] = static_cast<bool>(x->data());
+    d["has_pending"] = x->HasPending();
+    d["pending_op"] = x->HasPending() ? std::string(ir::OpName(x->pending().node->op)) : std::string();
+    d["error"] = x->error();
+    return d;
+  });
+  m.def("_optimization_barrier", [](const std::vector<at::Tensor>& ts) {
+    // Routes the tensors' values through one stablehlo.optimization_barrier (same values).
+    auto xs = XlaTensors(ts);
+    if (xs.empty()) return;
+    std::vector<ir::Value> values;
+    for (const auto& x : xs) {
+      if (x->device() != xs[0]->device()) {
+        throw py::value_error("optimization_barrier_: all tensors must be on the same XLA device");
+      }
+      if (!x->error().empty()) throw std::runtime_error(x->error());
+      values.push_back(x->GetValue());
+    }
+    auto out = ir::OptimizationBarrier(values);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i]->SetPending(out[i]);
+  });
 }
