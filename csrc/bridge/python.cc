@@ -2,6 +2,9 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/Operators.h>
+#include <ATen/autocast_mode.h>
+#include <torch/library.h>
 #include "bridge/bridge.h"
 #include "ops/op_table.h"
 #include "util/metrics.h"
@@ -201,3 +204,32 @@ PYBIND11_MODULE(_C, m) {
     for (size_t i = 0; i < xs.size(); ++i) xs[i]->SetPending(out[i]);
   });
 }
+
+// ---- torch.autocast(device_type="xla"): torch defines the AutocastXLA key and the cast policies but
+// registers no kernels for it (PyTorch/XLA does that in its extension). Same op lists and policies
+// as torch's AutocastCPU; every other op falls through to the XLA kernels.
+TORCH_LIBRARY_IMPL(_, AutocastXLA, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+#define TXLA_AUTOCAST(...) KERNEL(c10::DeviceType::XLA, __VA_ARGS__)
+#define TXLA_AUTOCAST_LOWER(...) TXLA_AUTOCAST(__VA_ARGS__, lower_precision_fp)
+#define TXLA_AUTOCAST_FP32(...) TXLA_AUTOCAST(__VA_ARGS__, fp32)
+#define TXLA_AUTOCAST_FP32_OPT_DTYPE(...) TXLA_AUTOCAST(__VA_ARGS__, fp32_set_opt_dtype)
+#define TXLA_AUTOCAST_PROMOTE(...) TXLA_AUTOCAST(__VA_ARGS__, promote)
+#define TXLA_AUTOCAST_REDISPATCH(REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, REDISPATCH_SIGNATURE, POLICY) \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::XLA, REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, \
+                                        REDISPATCH_SIGNATURE, POLICY)
+
+namespace txla_autocast {
+using at::Scalar;
+using at::ScalarType;
+using at::Tensor;
+using c10::IntArrayRef;
+
+TORCH_LIBRARY_IMPL(aten, AutocastXLA, m) {
+  AT_FORALL_LOWER_PRECISION_FP(TXLA_AUTOCAST_LOWER)
+  AT_FORALL_FP32(TXLA_AUTOCAST_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TXLA_AUTOCAST_FP32_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(TXLA_AUTOCAST_REDISPATCH)
+  AT_FORALL_PROMOTE(TXLA_AUTOCAST_PROMOTE)
+}
+}  // namespace txla_autocast
