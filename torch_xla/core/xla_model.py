@@ -239,10 +239,11 @@ def is_xla_tensor(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.device.type == "xla"
 
 
-def master_print(*args, fd=_sys.stdout, local: bool = False, flush: bool = False):
-    """``print`` on the master ordinal only (``local=True``: each host's master)."""
+def master_print(*args, fd=None, local: bool = False, flush: bool = False):
+    """``print`` on the master ordinal only (``local=True``: each host's master); ``fd`` defaults
+    to the current ``sys.stdout``."""
     if is_master_ordinal(local=local):
-        print(*args, file=fd, flush=flush)
+        print(*args, file=_sys.stdout if fd is None else fd, flush=flush)
 
 
 class RateTracker:
