@@ -38,7 +38,7 @@ SURFACE = {
         "_xla_get_default_device", "_xla_real_devices", "_xla_get_all_devices", "_xla_runtime_is_initialized",
         "_init_computation_client", "_xla_increment_counter", "_xla_counter_value", "_get_executed_fallback_ops",
         "_set_allow_execution", "_get_graph_hash", "_xla_sync_multi", "_xla_get_rng_seed", "_get_git_revs",
-        "_get_ir_debug"],
+        "_get_ir_debug", "_xla_tensors_from_aten", "_run_stablehlo", "_xla_memory_info"],
     "torch_xla.runtime": ["device_type", "set_device_type", "world_size", "global_ordinal", "local_ordinal",
                           "addressable_device_count", "global_runtime_device_count", "is_spmd", "initialize_cache"],
     "torch_xla.core.xla_model": [
@@ -54,6 +54,7 @@ SURFACE = {
                               "parse_xla_device", "get_free_tcp_ports", "LazyProperty", "timed",
                               "flatten_nested_tuple", "list_copy_append", "check_env_flag"],
     "torch_xla.utils.serialization": ["save", "load"],
+    "torch_xla.utils.checkpoint": ["checkpoint"],
     "torch_xla.utils.dlpack": ["to_dlpack", "from_dlpack"],
     "torch_xla.backends": ["set_mat_mul_precision", "get_mat_mul_precision"],
     "torch_xla.amp": ["autocast", "GradScaler", "syncfree"],
@@ -685,6 +686,59 @@ def test_xlac_hooks(clean_metrics):
         X._get_xla_tensors_hlo([torch.ones(1)])
     with pytest.raises(AttributeError, match="does not provide"):
         X._xla_no_such_hook
+
+
+def test_xlac_run_stablehlo_and_from_aten():
+    X = torch_xla._XLAC
+    a, b = X._xla_tensors_from_aten([torch.arange(3.0), torch.ones(3)], ["xla:0"])
+    assert a.device.type == "xla" and b.device.type == "xla"
+    text = ('module @m {\n  func.func public @main(%arg0: tensor<3xf32>, %arg1: tensor<3xf32>) -> (tensor<3xf32>) {\n'
+            '    %0 = "stablehlo.multiply"(%arg0, %arg1) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n'
+            '    %1 = "stablehlo.add"(%0, %arg0) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>\n'
+            '    "func.return"(%1) : (tensor<3xf32>) -> ()\n  }\n}\n')
+    (out,) = X._run_stablehlo(text, [a * 2, b + 1])  # pending inputs are materialized first
+    torch.testing.assert_close(out.cpu(), torch.arange(3.0) * 2 * 2 + torch.arange(3.0) * 2)
+    assert X._xla_memory_info("xla:0")["kb_total"] > 0
+    with pytest.raises(RuntimeError):
+        X._run_stablehlo("not mlir", [a])
+    with pytest.raises(ValueError):
+        X._xla_tensors_from_aten([torch.ones(1)], ["cpu"])
+
+
+def test_gradient_checkpoint():
+    from torch_xla.utils.checkpoint import checkpoint
+    dev = torch_xla.device()
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    lx = copy.deepcopy(lin).to(dev)
+    x0 = torch.randn(3, 4)
+    # values and gradients as eager CPU
+    x = x0.to(dev).requires_grad_()
+    y = checkpoint(lambda t: lx(t).tanh(), x)
+    y.sum().backward()
+    assert "stablehlo.optimization_barrier" in xm.get_stablehlo([x.grad])  # the recompute is kept apart
+    xc = x0.clone().requires_grad_()
+    yc = lin(xc).tanh()
+    yc.sum().backward()
+    torch.testing.assert_close(y.detach().cpu(), yc.detach())
+    torch.testing.assert_close(x.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lx.weight.grad.cpu(), lin.weight.grad, rtol=1e-5, atol=1e-6)
+    # dropout: the recomputation draws the same mask as the forward
+    grads = []
+    for ck in (True, False):
+        lx.zero_grad()
+        x = x0.to(dev).requires_grad_()
+        xm.set_rng_state(11)
+        fn = lambda t: torch.nn.functional.dropout(lx(t).tanh(), 0.5)
+        (checkpoint(fn, x) if ck else fn(x)).sum().backward()
+        grads.append((x.grad.cpu(), lx.weight.grad.cpu()))
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    torch.testing.assert_close(grads[0][1], grads[1][1])
+    if not hasattr(torch, "xla"):
+        with pytest.raises(NotImplementedError, match="device module"):
+            checkpoint(lambda t: t * 2, x0.to(dev).requires_grad_(), use_reentrant=False)
+    with pytest.raises(ValueError):
+        checkpoint(lambda t, k=1: t * k, x0.to(dev), k=2)
 
 
 # ----------------------------------------------------------------------------- distributed, tpu

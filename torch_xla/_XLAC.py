@@ -242,6 +242,40 @@ def _xla_tensors_report(nodes_threshold: int = 0, device: str = "") -> str:
     return _C._dump_ir([])
 
 
+def _xla_tensors_from_aten(tensors: Sequence[torch.Tensor], devices: Sequence) -> List[torch.Tensor]:
+    """Copies CPU tensors to XLA devices (``devices[i]`` for ``tensors[i]``, or one device for all)."""
+    tensors = list(tensors)
+    devices = list(devices)
+    if len(devices) == 1 and len(tensors) > 1:
+        devices = devices * len(tensors)
+    if len(devices) != len(tensors):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but {len(devices)} devices")
+    out = []
+    for t, d in zip(tensors, devices):
+        d = torch.device(d)
+        if d.type != "xla":
+            raise ValueError(f"not an XLA device: {d}")
+        out.append(t.to(d))
+    return out
+
+
+def _xla_memory_info(device: str = "xla:0") -> Dict[str, int]:
+    from .core import xla_model as xm
+    return xm.get_memory_info(torch.device(device))
+
+
+def _xla_get_replication_devices_count() -> int:
+    """Devices taking part in the current replication (0: not replicated in this build)."""
+    return 0
+
+
+def _run_stablehlo(stablehlo: str, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """Compiles (once) and runs a StableHLO module (text) on the inputs' XLA device."""
+    if isinstance(stablehlo, bytes):
+        raise TypeError("_run_stablehlo takes StableHLO text in this build (bytecode is not accepted)")
+    return _C._run_stablehlo(stablehlo, _xla_tensors(inputs, "_run_stablehlo"), 0)
+
+
 def _is_xla_tensor(tensor) -> bool:
     return isinstance(tensor, torch.Tensor) and tensor.device.type == "xla"
 
