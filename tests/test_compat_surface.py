@@ -844,6 +844,18 @@ def test_xla_metrics_file_written_at_exit(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
 
 
+def test_pt_xla_debug_file(tmp_path):
+    path = tmp_path / "debug.txt"
+    code = ("import torch, torch_xla\nx = torch.tensor([0., 1., 3.]).to(torch_xla.device())\n"
+            "print(torch.nonzero(x).cpu().flatten().tolist())")
+    r = _run(code, env={"PT_XLA_DEBUG": "1", "PT_XLA_DEBUG_FILE": str(path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[1, 2]"
+    text = path.read_text()
+    assert "[PT_XLA_DEBUG] op aten::nonzero is not lowered" in text
+    assert "aten::nonzero" not in r.stderr
+
+
 def test_mnist_classic_example_runs():
     r = _run("", args=[os.path.join(REPO, "examples", "mnist_classic.py"), "--num_steps", "12",
                        "--batch_size", "8", "--log_steps", "5"], timeout=300)
