@@ -199,9 +199,14 @@ def _walk(value, select, fn, rewrite: bool, seen: dict):
     elif hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value) \
             and type(value).__module__ not in ("builtins",) and _is_plain_object(value):
         if rewrite:
-            res = copy.copy(value)
-            for k, v in vars(value).items():
-                setattr(res, k, _walk(v, select, fn, rewrite, seen))
+            seen[vid] = value  # a cycle back to this object keeps the original
+            attrs = {k: _walk(v, select, fn, rewrite, seen) for k, v in vars(value).items()}
+            if all(attrs[k] is v for k, v in vars(value).items()):
+                res = value  # nothing inside changed: no copy
+            else:
+                res = copy.copy(value)
+                for k, v in attrs.items():
+                    setattr(res, k, v)
         else:
             for v in vars(value).values():
                 _walk(v, select, fn, rewrite, seen)
