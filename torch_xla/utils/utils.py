@@ -177,6 +177,7 @@ def _walk(value, select, fn, rewrite: bool, seen: dict):
         res = fn(value) if rewrite else (fn(value), value)[1]
         seen[vid] = res
         return res
+    seen[vid] = value  # cycles end here (a cycle keeps the original object)
     if isinstance(value, dict):
         out = {k: _walk(v, select, fn, rewrite, seen) for k, v in value.items()}
         if rewrite:
@@ -199,7 +200,6 @@ def _walk(value, select, fn, rewrite: bool, seen: dict):
     elif hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value) \
             and type(value).__module__ not in ("builtins",) and _is_plain_object(value):
         if rewrite:
-            seen[vid] = value  # a cycle back to this object keeps the original
             attrs = {k: _walk(v, select, fn, rewrite, seen) for k, v in vars(value).items()}
             if all(attrs[k] is v for k, v in vars(value).items()):
                 res = value  # nothing inside changed: no copy
