@@ -40,7 +40,10 @@ SURFACE = {
         "_set_allow_execution", "_get_graph_hash", "_xla_sync_multi", "_xla_get_rng_seed", "_get_git_revs",
         "_get_ir_debug", "_xla_tensors_from_aten", "_run_stablehlo", "_xla_memory_info"],
     "torch_xla.runtime": ["device_type", "set_device_type", "world_size", "global_ordinal", "local_ordinal",
-                          "addressable_device_count", "global_runtime_device_count", "is_spmd", "initialize_cache"],
+                          "addressable_device_count", "global_runtime_device_count", "is_spmd", "initialize_cache",
+                          "using_pjrt", "is_bf16_supported", "process_count", "addressable_runtime_device_count",
+                          "runtime_device_attributes", "global_runtime_device_attributes",
+                          "get_num_cached_compilation_graph"],
     "torch_xla.core.xla_model": [
         "xla_device", "is_xla_tensor", "master_print", "RateTracker", "send_cpu_data_to_device",
         "optimization_barrier_", "ToXlaTensorArena", "mark_step", "optimizer_step", "add_step_closure",
@@ -142,6 +145,17 @@ def test_runtime_set_device_type():
         xr.set_device_type("NOPE")
     with pytest.raises(ValueError):
         xr.set_device_type("")
+    assert xr.using_pjrt() and xr.is_bf16_supported() and xr.process_count() == 1
+    n = torch_xla.device_count()
+    assert xr.addressable_runtime_device_count() == n
+    attrs = xr.runtime_device_attributes("xla:0")
+    assert attrs["name"] == "CPU:0" and attrs["index"] == 0 and attrs["platform"] == "cpu"
+    assert [a["index"] for a in xr.global_runtime_device_attributes()] == list(range(n))
+    with pytest.raises(ValueError):
+        xr.runtime_device_attributes("cpu")
+    before = xr.get_num_cached_compilation_graph()
+    _ = (torch.ones(3, 2).to(torch_xla.device()) * 7).cpu()
+    assert xr.get_num_cached_compilation_graph() >= max(before, 1)
 
 
 def test_set_device_type_before_start():
