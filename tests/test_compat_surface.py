@@ -330,6 +330,7 @@ def test_mat_mul_precision(clean_metrics):
                 assert "precision_config" not in text
             else:
                 assert f"#stablehlo<precision {p.upper()}>" in text
+                assert f"precision={p.upper()}" in torch_xla._XLAC._get_xla_tensors_text([c])
             conv = torch.nn.functional.conv2d(xa.reshape(1, 1, 8, 8), xb[:3, :3].reshape(1, 1, 3, 3))
             if p != "default":
                 assert f"#stablehlo<precision {p.upper()}>" in xm.get_stablehlo([conv])

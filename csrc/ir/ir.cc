@@ -1,7 +1,7 @@
-#include <atomic>
 #include "ir/ir.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
 
@@ -85,6 +85,9 @@ std::string Node::ToString() const {
   for (size_t i = 0; i < shapes.size(); ++i) os << (i ? ", " : "") << shapes[i].ToString();
   for (const auto& v : attrs.ints) os << " " << DimsToString(v);
   if (op == Op::kConstant) os << " value=" << attrs.f;
+  if ((op == Op::kDotGeneral || op == Op::kConvolution) && attrs.n > 0) {
+    os << " precision=" << (attrs.n == 1 ? "HIGH" : "HIGHEST");
+  }
   if (!scope.empty()) os << "  # " << scope;
   return os.str();
 }
