@@ -843,6 +843,23 @@ def test_stablehlo_export_save_load_run(tmp_path):
     json.load(open(os.path.join(path, "functions", "forward.meta.json")))
 
 
+def test_stablehlo_buffer_updates_follow_eager():
+    from torch_xla import stablehlo as sh
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).train()
+    ref = copy.deepcopy(m)
+    x = torch.randn(8, 4)
+    g = sh.exported_program_to_stablehlo(torch.export.export(m, (x,)))
+    assert g.get_meta().mutated_buffers == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    for _ in range(2):
+        xi = torch.randn(8, 4)
+        torch.testing.assert_close(g(xi).cpu(), ref(xi).detach(), rtol=1e-5, atol=1e-5)
+    state = g.state_dict()
+    torch.testing.assert_close(state["1.running_mean"], ref[1].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(state["1.running_var"], ref[1].running_var, rtol=1e-5, atol=1e-6)
+    assert state["1.num_batches_tracked"].item() == 2
+
+
 # ----------------------------------------------------------------------------- env vars, example
 
 

@@ -137,7 +137,8 @@ class StableHLOGraphModule:
         return list(self._functions)
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
-        return dict(self._state)
+        """The weights and buffers (CPU tensors; buffers as updated by the calls so far)."""
+        return {k: v.cpu() for k, v in self._state.items()}
 
     def _function(self, method_name: Optional[str]):
         name = method_name or self._default_method
@@ -188,8 +189,10 @@ class StableHLOGraphModule:
         outs = _C._run_stablehlo(text, call_args, device.index or 0)
         user = outs[:meta.num_user_outputs]
         for name, value in zip(meta.mutated_buffers, outs[meta.num_user_outputs:]):
-            self._state[name] = value.cpu()
-            self._device_cache.pop(("w:" + name, device.index or 0), None)
+            # updated buffers stay on the device (no host read); state_dict() copies them back
+            self._state[name] = value
+            self._device_cache = {k: v for k, v in self._device_cache.items() if k[0] != "w:" + name}
+            self._device_cache[("w:" + name, device.index or 0)] = value
         return pytree.tree_unflatten(list(user), pytree.treespec_loads(meta.out_spec))
 
     def _on_device(self, key, cpu: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -221,7 +224,7 @@ class StableHLOGraphModule:
                 torch.save([c.cpu() for c in constants], os.path.join(tmp, "functions", f"{name}.constants.pt"))
             weights = options.save_weights and self._has_weights
             if weights:
-                torch.save(self._state, os.path.join(tmp, "data", "weights.pt"))
+                torch.save(self.state_dict(), os.path.join(tmp, "data", "weights.pt"))
             with open(os.path.join(tmp, "manifest.json"), "w") as f:
                 json.dump({"format": _FORMAT, "functions": list(self._functions),
                            "default_method": self._default_method, "weights": bool(weights)}, f, indent=1)
@@ -289,6 +292,8 @@ def exported_program_to_stablehlo(exported_model, options: Optional[StableHLOExp
         raise TypeError(f"expected a torch.export.ExportedProgram, got {type(exported_model).__name__}")
     options = options or StableHLOExportOptions()
     args, kwargs = _example_inputs(exported_model, options)
+    # A functional graph: in-place updates (running statistics, counters) become outputs.
+    exported_model = exported_model.run_decompositions({})
     device = torch_xla.device()
     flat_user, in_spec = pytree.tree_flatten((args, kwargs))
     sig = exported_model.graph_signature
