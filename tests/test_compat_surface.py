@@ -73,6 +73,8 @@ SURFACE = {
     "torch_xla.experimental": ["eager_mode", "is_eager_mode"],
     "torch_xla.distributed": [],
     "torch_xla.distributed.fsdp": ["XlaFullyShardedDataParallel", "SpmdFullyShardedDataParallel"],
+    "torch_xla.distributed.spmd": ["Mesh", "HybridMesh", "get_1d_mesh", "set_global_mesh", "get_global_mesh",
+                                   "mark_sharding", "clear_sharding", "XLAShardedTensor"],
     "torch_xla.stablehlo": ["exported_program_to_stablehlo", "save_as_stablehlo", "save_torch_model_as_stablehlo",
                             "StableHLOExportOptions", "StableHLOGraphModule"],
     "torch_xla._internal.tpu": ["num_available_devices", "get_tpu_env", "num_available_chips", "version"],
@@ -764,6 +766,34 @@ def test_distributed_fsdp_raises_with_reason():
     from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
     with pytest.raises(NotImplementedError, match="collectives"):
         FSDP(nn.Linear(2, 2))
+
+
+def test_spmd_mesh_works_sharding_raises():
+    import torch_xla.distributed.spmd as xs
+    mesh = xs.Mesh(np.array(range(8)), (4, 2), ("x", "y"))
+    assert mesh.get_logical_mesh().tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert list(mesh.shape().items()) == [("x", 4), ("y", 2)] and mesh.size() == 8
+    assert mesh.get_axis_name_idx("y") == 1 and mesh.get_axis_name_idx("z") is None
+    with pytest.raises(ValueError):
+        xs.Mesh(range(6), (4, 2))
+    with pytest.raises(ValueError):
+        xs.Mesh(range(8), (4, 2), ("x",))
+    one = xs.get_1d_mesh("data")
+    assert list(one.shape().items()) == [("data", torch_xla.device_count())]
+    hybrid = xs.HybridMesh(ici_mesh_shape=(1, 4, 1), dcn_mesh_shape=(2, 1, 1), axis_names=("data", "fsdp", "tensor"))
+    assert list(hybrid.shape().items()) == [("data", 2), ("fsdp", 4), ("tensor", 1)]
+    assert xs.get_global_mesh() is None
+    xs.set_global_mesh(mesh)
+    try:
+        assert xs.get_global_mesh() is mesh
+    finally:
+        xs._global_mesh = None
+    t = torch.ones(4).to(torch_xla.device())
+    with pytest.raises(NotImplementedError, match="SPMD"):
+        xs.mark_sharding(t, mesh, (0,))
+    assert xs.clear_sharding(t) is t
+    with pytest.raises(NotImplementedError):
+        xs.XLAShardedTensor(t)
 
 
 def test_internal_tpu(monkeypatch):
