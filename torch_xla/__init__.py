@@ -6,8 +6,10 @@ another). Importing this package is cheap: the runtime starts on first device us
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import os
 from importlib import metadata as _metadata
 from typing import Callable, List, Optional
 
@@ -93,4 +95,60 @@ def compile(f: Optional[Callable] = None, full_graph: Optional[bool] = False, na
     return _compile(f, full_graph=full_graph, name=name, num_different_graphs_allowed=num_different_graphs_allowed)
 
 
-__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "__version__"]
+@contextlib.contextmanager
+def step():
+    """Marks one step: pending work is synced on entry, and everything traced inside runs when the
+    block exits (``with torch_xla.step(): loss = train_step(batch)``)."""
+    sync()
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if failed:
+            try:
+                sync()
+            except Exception:  # the original exception is the one to report
+                pass
+        else:
+            sync()
+
+
+def real_devices() -> List[str]:
+    """Runtime names of this process's devices ("CPU:0", "CUDA:0", "TPU:0", ...)."""
+    from . import _XLAC
+    return _XLAC._xla_real_devices()
+
+
+def _write_metrics_file_at_exit():
+    """XLA_METRICS_FILE=<path>: append the metrics report to <path> when the process exits
+    (written to a temporary file and renamed)."""
+    path = os.environ.get("XLA_METRICS_FILE", "").strip()
+    if not path:
+        return
+    from .debug import metrics as _met
+    report = _met.metrics_report()
+    try:
+        old = ""
+        if os.path.isfile(path):
+            with open(path) as f:
+                old = f.read()
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(old + report)
+        os.replace(tmp, path)
+    except OSError as e:
+        import sys
+        print(f"[torch_xla] XLA_METRICS_FILE: cannot write {path}: {e}", file=sys.stderr)
+
+
+if os.environ.get("XLA_METRICS_FILE", "").strip():
+    atexit.register(_write_metrics_file_at_exit)
+
+from . import _XLAC  # noqa: E402  (upstream's low-level hooks; pure Python over _C)
+from . import experimental  # noqa: E402,F401
+
+__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "step", "real_devices",
+           "__version__"]

@@ -592,7 +592,7 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return e && *e && std::string(e) != "0";
   }();
   if (debug) {
-    std::fprintf(stderr, "[PT_XLA_DEBUG] op %s is not lowered: running it on the CPU (fallback)\n",
+    std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] op %s is not lowered: running it on the CPU (fallback)\n",
                  op.schema().name().c_str());
   }
   at::native::cpu_fallback(op, stack);

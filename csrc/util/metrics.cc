@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -212,5 +213,20 @@ void ClearMetrics() {
 
 Timer::Timer(const char* name) : name_(name), start_ns_(NowNs()) {}
 Timer::~Timer() { AddSample(name_, static_cast<double>(NowNs() - start_ns_), Unit::kTime); }
+
+std::FILE* DebugStream() {
+  static std::FILE* stream = [] {
+    const char* path = std::getenv("PT_XLA_DEBUG_FILE");
+    if (path == nullptr || *path == '\0') return stderr;
+    std::FILE* f = std::fopen(path, "a");
+    if (f == nullptr) {
+      std::fprintf(stderr, "[torch_xla] PT_XLA_DEBUG_FILE=%s cannot be opened; debug output goes to stderr\n", path);
+      return stderr;
+    }
+    std::setvbuf(f, nullptr, _IOLBF, 1 << 16);
+    return f;
+  }();
+  return stream;
+}
 
 }  // namespace txla::metrics

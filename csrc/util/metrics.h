@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,9 @@ class Timer {
   int64_t start_ns_;
 };
 int64_t NowNs();
+
+// Where PT_XLA_DEBUG output goes: the file named by PT_XLA_DEBUG_FILE (opened once, appended to,
+// line-buffered), else stderr.
+std::FILE* DebugStream();
 
 }  // namespace txla::metrics

@@ -1,0 +1,1 @@
+"""torch_xla.distributed: multi-device and multi-process training."""
