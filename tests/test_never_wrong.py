@@ -280,3 +280,44 @@ def test_known_xla_flag_accepted():
     r = _run("import torch, torch_xla; print(torch.ones(2, device=torch_xla.device()).sum().item())",
              {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})
     assert r.returncode == 0 and "2.0" in r.stdout, r.stderr[-500:]
+
+
+def test_shift_operators():
+    import torch_xla.debug.metrics as met
+
+    a = torch.tensor([1, -8, 3, 255], dtype=torch.int32)
+    b = torch.tensor([1, 2, 0, 3], dtype=torch.int32)
+    for f in (lambda x, y: x << y, lambda x, y: x >> y, lambda x, y: x << 3, lambda x, y: x >> 1):
+        torch.testing.assert_close(f(a.to(DEV), b.to(DEV)).cpu(), f(a, b))
+    assert met.counter_value("xla::__lshift__") and met.counter_value("xla::__rshift__")
+
+
+def test_new_lowerings_match_eager():
+    import torch_xla.debug.metrics as met
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    cases = [
+        lambda d: torch.logsumexp(x.to(d), 1),
+        lambda d: torch.logsumexp(torch.tensor([[-INF, -INF], [INF, 1.0]], device=d), 1),
+        lambda d: F.mse_loss(x.to(d), y.to(d)),
+        lambda d: F.softplus(x.to(d) * 10, beta=2, threshold=5),
+        lambda d: torch.baddbmm(torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1)).to(d),
+                                torch.ones(2, 3, 5, device=d), torch.ones(2, 5, 4, device=d), beta=0.5, alpha=2),
+        lambda d: torch.addmv(torch.ones(4, device=d), x.to(d), torch.ones(5, device=d)),
+        lambda d: torch.zeros(3, 5, device=d).index_add(0, torch.tensor([0, 2, 0], device=d), torch.ones(3, 5, device=d), alpha=2),
+        lambda d: F.interpolate(x.view(1, 4, 5).to(d), size=7, mode="nearest"),
+        lambda d: torch.ops.aten.gelu_backward(torch.ones(3, dtype=torch.bfloat16, device=d), torch.randn(3, generator=torch.Generator().manual_seed(2)).to(d)),
+    ]
+    for i, f in enumerate(cases):
+        ref, got = f("cpu"), f(DEV).cpu()
+        assert ref.dtype == got.dtype, (i, ref.dtype, got.dtype)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, msg=lambda m: f"case {i}: {m}")
+    assert not [n for n in met.executed_fallback_ops() if any(k in n for k in ("logsumexp", "mse", "softplus", "baddbmm", "addmv", "index_add", "upsample", "gelu"))]
+
+
+def test_arange_unsupported_range():
+    with pytest.raises(RuntimeError, match="unsupported range"):
+        torch.arange(-5, NAN)
+    with pytest.raises(RuntimeError, match="unsupported range"):
+        torch.arange(-5, NAN, device=DEV)

@@ -577,7 +577,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   spec.locations = HloDebug();
   std::string text = lowering::EmitStableHlo(spec);
   if (DebugLevel() > 0 && !opts.eager) {
-    std::fprintf(stderr, "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
+    std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
                  spec.name.c_str(), po.nodes.size(), po.params.size(), roots.size(), key.ToString().c_str(),
                  CompileReason(spec.name, po.nodes).c_str());
   }
@@ -667,8 +667,24 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   }
   std::vector<runtime::Buffer> outs;
   {
-    metrics::Timer timer(opts.eager ? "EagerOpExecuteTime" : "ExecuteTime");
+    // ExecuteTime spans launch to the moment the results are ready (execution is asynchronous: the
+    // launch alone returns long before), recorded from PJRT's ready callback of the first output.
+    const char* name = opts.eager ? "EagerOpExecuteTime" : "ExecuteTime";
+    int64_t start = metrics::NowNs();
     outs = GetClient().Execute(comp->exe, args, device);
+    if (!outs.empty()) {
+      metrics::BeginPendingSample();
+      bool registered = false;
+      try {
+        registered = outs[0].OnReady([name, start] {
+          metrics::EndPendingSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+        });
+      } catch (...) {
+      }
+      if (!registered) metrics::EndPendingSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+    } else {
+      metrics::AddSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+    }
   }
   g_any_computation = true;
   if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");

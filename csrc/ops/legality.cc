@@ -168,6 +168,19 @@ const std::unordered_map<std::string, Rule>& Rules() {
            a.Fail("random_ expects 'from' to be less than 'to', but got from=0 >= to=" + std::to_string(a.Int(1)));
          }
        }},
+      {"arange.start_step", [](OpArgs& a) {
+         double lo = a.S(0).AsDouble(), hi = a.S(1).AsDouble();
+         if (!std::isfinite(lo) || !std::isfinite(hi)) {
+           auto str = [](double v) {
+             if (std::isnan(v)) return std::string("nan");
+             if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf");
+             std::string s = std::to_string(v);
+             while (s.find('.') != std::string::npos && (s.back() == '0' || s.back() == '.')) s.pop_back();
+             return s;
+           };
+           a.Fail("unsupported range: " + str(lo) + " -> " + str(hi));
+         }
+       }},
       {"index.Tensor", IndexDtypes(1)},
       {"_unsafe_index.Tensor", IndexDtypes(1)},
       {"index_put", IndexDtypes(1)},

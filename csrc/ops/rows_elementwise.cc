@@ -298,7 +298,9 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"gelu", [](OpArgs& a) -> V { return {Gelu(a.V(0), a.IsNone(1) ? "none" : a.Str(1))}; }});
   rows.push_back({"gelu_backward", [](OpArgs& a) -> V {
-    return {GeluBackward(a.V(0), a.V(1), a.IsNone(2) ? "none" : a.Str(2))};
+    // Mixed dtypes (a bf16 grad of an f32 input) promote, as eager's TensorIterator does.
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    return {Cast(GeluBackward(Cast(a.V(0), ct), Cast(a.V(1), ct), a.IsNone(2) ? "none" : a.Str(2)), t)};
   }});
   rows.push_back({"silu", [](OpArgs& a) -> V { return {ir::Binary(Op::kMul, a.V(0), Sigmoid(a.V(0)))}; }});
   rows.push_back({"sigmoid_backward", [](OpArgs& a) -> V {

@@ -666,6 +666,25 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"remainder.Scalar", FmodLike(true, true)});
   rows.push_back({"fmod.Tensor", FmodLike(false, false)});
   rows.push_back({"fmod.Scalar", FmodLike(false, true)});
+  for (auto [name, left, scalar] : {std::tuple{"bitwise_left_shift.Tensor", true, false},
+                                     {"bitwise_left_shift.Tensor_Scalar", true, true},
+                                     {"bitwise_right_shift.Tensor", false, false},
+                                     {"bitwise_right_shift.Tensor_Scalar", false, true},
+                                     {"__lshift__.Tensor", true, false}, {"__lshift__.Scalar", true, true},
+                                     {"__rshift__.Tensor", false, false}, {"__rshift__.Scalar", false, true}}) {
+    rows.push_back({name, [left = left, scalar = scalar](OpArgs& a) -> V {
+      const TensorArg& self = a.T(0);
+      DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+      if (!ir::IsIntegral(t, false)) throw NotLowered{};  // float shifts: eager's own rules, on the CPU
+      Value x = Cast(self.v, t), y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+      auto dims = BroadcastShapes(x.dims(), y.dims());
+      x = BroadcastTo(x, dims);
+      y = BroadcastTo(y, dims);
+      // Eager: shifts by >= the bit width give 0 (left, or right of unsigned) or the sign (right).
+      Op op = left ? Op::kShiftLeft : (ir::IsUnsigned(t) ? Op::kShiftRightLogical : Op::kShiftRightArithmetic);
+      return {ir::Binary(op, x, y)};
+    }});
+  }
   rows.push_back({"bitwise_and.Tensor", Bitwise(Op::kAnd, false)});
   rows.push_back({"bitwise_or.Tensor", Bitwise(Op::kOr, false)});
   rows.push_back({"bitwise_xor.Tensor", Bitwise(Op::kXor, false)});
@@ -801,6 +820,23 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     // Gathers (not 0/1 matrix products, which would turn inf into NaN).
     Value y = GatherAlong(x, r - 2, NearestIndex(os[0], x.dims()[r - 2], OptD(a, 2)));
     return {GatherAlong(y, r - 1, NearestIndex(os[1], x.dims()[r - 1], OptD(a, 3)))};
+  }});
+  rows.push_back({"upsample_nearest1d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {GatherAlong(x, x.rank() - 1, NearestIndex(a.Ints(1)[0], x.dims()[x.rank() - 1], OptD(a, 2)))};
+  }});
+  rows.push_back({"index_add", [](OpArgs& a) -> V {
+    // out[..., index[i], ...] += alpha * source[..., i, ...]
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    int64_t d = ir::NormalizeDim(a.Int(1), std::max(x.rank(), 1));
+    if (x.rank() == 0) return {Bin(Op::kAdd, x, Cast(src, x.dtype()))};
+    if (idx.rank() > 1) a.Fail("index_add_(): Index is supposed to be a vector");
+    CheckIndexRange(idx, 0, x.dims()[d], "index_add_(): index out of range", a.device);
+    Value v = Cast(src, x.dtype());
+    if (v.rank() == 0) v = ir::Reshape(v, {1});
+    if (a.S(4).AsDouble() != 1.0) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
+    Value ib = ir::BroadcastInDim(Cast(ir::Reshape(idx, {idx.shape().numel()}), DType::kS64), v.dims(), {d});
+    return {ScatterDim(x, d, ib, v, true)};
   }});
   rows.push_back({"upsample_nearest2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);

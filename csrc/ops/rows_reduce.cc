@@ -1,6 +1,8 @@
 // Op table rows: reductions and matrix products.
 #include <numeric>
 
+#include <limits>
+
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -151,6 +153,50 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value s = Cast(self, t);
     if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
     return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"baddbmm", [](OpArgs& a) -> V {
+    Value x = a.V(1), y = a.V(2);
+    if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
+    Value m = BatchedMatmul(x, y);
+    DType t = m.dtype();
+    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
+    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
+    if (beta == 0.0) return {m};
+    Value s = Cast(a.V(0), t);
+    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"addmv", [](OpArgs& a) -> V {
+    Value mat = a.V(1), vec = a.V(2);
+    if (mat.rank() != 2 || vec.rank() != 1) a.Fail("vector + matrix @ vector expected");
+    Value m = ir::DotGeneral(mat, vec, {}, {}, {1}, {0}, mat.dtype());
+    DType t = m.dtype();
+    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
+    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
+    if (beta == 0.0) return {m};
+    Value s = Cast(a.V(0), t);
+    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"logsumexp", [](OpArgs& a) -> V {
+    // Eager: m = amax (0 where infinite); log(sum(exp(x - m))) + m.
+    Value x = a.V(0);
+    DType t = FloatOf(x.dtype()), ct = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
+    Value xc = Cast(x, ct);
+    if (xc.rank() == 0) return {Cast(xc, t)};
+    std::vector<int64_t> dims = DimsOrAll(a, 1, xc);
+    bool keepdim = a.Bool(2);
+    if (xc.shape().numel() == 0) {
+      Value s = SumDims(ir::Unary(Op::kExp, xc), dims, keepdim, ct);
+      return {Cast(ir::Unary(Op::kLog, s), t)};
+    }
+    Value m = KeepDims(ir::Reduce(ir::ReduceKind::kMax, xc, dims), xc.dims(), dims);
+    Value inf = ir::Compare(CompareDir::kEQ, ir::Unary(Op::kAbs, m), ir::Full(std::numeric_limits<double>::infinity(), m.shape()));
+    m = ir::Select(inf, ir::Full(0, m.shape()), m);
+    Value s = SumDims(ir::Unary(Op::kExp, Bin(Op::kSub, xc, m)), dims, true, ct);
+    Value r = ir::Binary(Op::kAdd, ir::Unary(Op::kLog, s), m);
+    if (!keepdim) r = ir::Reshape(r, ir::Reduce(ir::ReduceKind::kSum, xc, dims).dims());
+    return {Cast(r, t)};
   }});
   rows.push_back({"dot", [](OpArgs& a) -> V {
     return {ir::DotGeneral(a.V(0), a.V(1), {}, {}, {0}, {0}, a.V(0).dtype())};

@@ -332,6 +332,53 @@ void Buffer::Await() const {
   ev.Await("buffer not ready (computation failed)");
 }
 
+namespace {
+struct ReadyCallback {
+  const PJRT_Api* api;
+  PJRT_Event* event;
+  std::function<void()> done;
+};
+
+void OnReadyTrampoline(PJRT_Error* error, void* user_arg) {
+  auto* cb = static_cast<ReadyCallback*>(user_arg);
+  Discard(cb->api, error);
+  try {
+    cb->done();
+  } catch (...) {
+  }
+  {
+    Event ev(cb->api, cb->event);  // destroyed once its callback has run
+  }
+  delete cb;
+}
+}  // namespace
+
+bool Buffer::OnReady(std::function<void()> done) const {
+  if (buf_ == nullptr) return false;
+  PJRT_Event_OnReady* on_ready = nullptr;
+  try {
+    on_ready = PJRT_FN(api_, PJRT_Event_OnReady);
+  } catch (const PjrtError&) {
+    return false;  // an older plugin: no timing
+  }
+  auto a = MakeArgs<PJRT_Buffer_ReadyEvent_Args>(PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_ReadyEvent)(&a), "Buffer_ReadyEvent");
+  auto* cb = new ReadyCallback{api_, a.event, std::move(done)};
+  auto o = MakeArgs<PJRT_Event_OnReady_Args>(PJRT_Event_OnReady_Args_STRUCT_SIZE);
+  o.event = a.event;
+  o.callback = &OnReadyTrampoline;
+  o.user_arg = cb;
+  PJRT_Error* err = on_ready(&o);
+  if (err != nullptr) {
+    Discard(api_, err);
+    Event ev(api_, a.event);
+    delete cb;
+    return false;
+  }
+  return true;
+}
+
 void Buffer::ToHost(void* dst, size_t nbytes) const {
   if (buf_ == nullptr) throw PjrtError("Buffer::ToHost: empty buffer");
   auto fn = PJRT_FN(api_, PJRT_Buffer_ToHostBuffer);

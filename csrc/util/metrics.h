@@ -15,6 +15,11 @@ std::atomic<int64_t>* CounterSlot(const std::string& name);
 enum class Unit { kTime, kBytes, kCount };
 void AddSample(const std::string& name, double value, Unit unit);
 
+// A sample recorded later, from another thread (the end of an asynchronous execution): readers of
+// metrics (MetricNames, MetricData, MetricsReport) wait until every pending sample has arrived.
+void BeginPendingSample();
+void EndPendingSample(const std::string& name, double value, Unit unit);
+
 std::vector<std::string> CounterNames();
 bool CounterValue(const std::string& name, int64_t* value);
 std::vector<std::string> MetricNames();
