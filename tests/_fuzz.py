@@ -936,7 +936,10 @@ def generate(seed: int) -> Program:
     while n_ops > 0 and not g.done and tries < 40:
         tries += 1
         before = len(g.prog.steps)
-        r.choices(fns, weights=w)[0](g)
+        try:
+            r.choices(fns, weights=w)[0](g)
+        except (ValueError, IndexError, ZeroDivisionError, TypeError, KeyError, RuntimeError):
+            pass  # the generator asked for something impossible here (e.g. a dim of a 0-dim tensor)
         if len(g.prog.steps) > before:
             n_ops -= 1
             if not g.done and r.random() < 0.12:
@@ -1105,31 +1108,40 @@ def signature(mm: list) -> str:
     return ",".join(sorted({m.kind for m in mm}))
 
 
-def minimize(prog: Program, mm: list, budget=40) -> tuple:
-    """Shortest prefix that still mismatches, then drops steps one by one while the same kinds of
-    mismatch remain. Returns (program, mismatches)."""
+def _used_later(steps, i):
+    import re
+    later = "\n".join(s.code for s in steps[i + 1:])
+    return any(re.search(r"\b" + re.escape(n) + r"\b", later) for n in steps[i].outs)
+
+
+def minimize(prog: Program, mm: list, budget=30) -> tuple:
+    """Shortest prefix that still mismatches the same way (starting at the step the first mismatch
+    points to), then drops steps whose results nothing later uses. Returns (program, mismatches)."""
     sig = signature(mm)
     best, best_mm = prog, mm
     runs = 0
-    # Shortest failing prefix.
-    for k in range(1, len(prog.steps)):
+    marks = [m.step for m in mm if isinstance(m.step, int)]
+    for k in range(min(marks) + 1 if marks else 1, len(prog.steps)):
+        if runs >= budget:
+            return best, best_mm
         p = Program(prog.seed, prog.steps[:k])
         runs += 1
         m = check(p)
         if m and signature(m) == sig:
             best, best_mm = p, m
             break
-        if runs >= budget:
-            return best, best_mm
-    # Drop single steps (not the last one).
-    i = len(best.steps) - 2
-    while i >= 0 and runs < budget:
-        cand = Program(best.seed, best.steps[:i] + best.steps[i + 1:])
-        runs += 1
-        m = check(cand)
-        if m and signature(m) == sig:
-            best, best_mm = cand, m
-        i -= 1
+    changed = True
+    while changed and runs < budget:
+        changed = False
+        i = len(best.steps) - 2
+        while i >= 0 and runs < budget:
+            if not _used_later(best.steps, i):
+                cand = Program(best.seed, best.steps[:i] + best.steps[i + 1:])
+                runs += 1
+                m = check(cand)
+                if m and signature(m) == sig:
+                    best, best_mm, changed = cand, m, True
+            i -= 1
     return best, best_mm
 
 
