@@ -24,11 +24,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
-def worker(seeds, minimize, budget):
+def worker(seeds, minimize, budget, deadline):
     import torch_xla  # noqa: F401
     import _fuzz
 
     for seed in seeds:
+        if deadline and time.time() > deadline:
+            print("DEADLINE", flush=True)
+            return
         print(f"START {seed}", flush=True)
         t0 = time.time()
         prog = _fuzz.generate(seed)
@@ -48,7 +51,7 @@ def run_worker(seeds, args, results, lock, hang_s=180):
     todo = list(seeds)
     while todo:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--seeds", ",".join(map(str, todo)),
-               "--budget", str(args.budget)] + ([] if args.minimize else ["--no-minimize"])
+               "--budget", str(args.budget), "--deadline", str(args.deadline)] + ([] if args.minimize else ["--no-minimize"])
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
         current = [None, time.time()]
 
@@ -63,6 +66,8 @@ def run_worker(seeds, args, results, lock, hang_s=180):
         for line in p.stdout:
             if line.startswith("START "):
                 current[0], current[1] = int(line.split()[1]), time.time()
+            elif line.startswith("DEADLINE"):
+                todo.clear()
             elif line.startswith("RESULT "):
                 rec = json.loads(line[7:])
                 with lock:
@@ -94,13 +99,16 @@ def main():
     ap.add_argument("--budget", type=int, default=30, help="max re-runs when minimizing one program")
     ap.add_argument("--json", help="write one JSON record per program here")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--time-limit", type=float, default=0, help="stop starting programs after this many seconds")
+    ap.add_argument("--deadline", type=float, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--seeds", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return worker([int(s) for s in args.seeds.split(",")], args.minimize, args.budget)
+        return worker([int(s) for s in args.seeds.split(",")], args.minimize, args.budget, args.deadline)
 
     t0 = time.time()
+    args.deadline = t0 + args.time_limit if args.time_limit else 0
     seeds = list(range(args.start, args.start + args.count))
     results, lock = [], threading.Lock()
     threads = [threading.Thread(target=run_worker, args=(seeds[j::args.jobs], args, results, lock))
