@@ -28,16 +28,13 @@ INT_SOFTMAX_EMPTY = "N9: softmax/log_softmax of an empty int/bool tensor fails t
 EXCESS_PRECISION = "N2: bf16/f16 intermediates not rounded (a bf16 result cast to f32 is not a bf16 value)"
 INT_ZERO_DIV = "N3: integer fmod/remainder/trunc-division by zero does not raise ZeroDivisionError"
 ERF_TAIL = "N5: erf never reaches +-1: gelu(+-inf) = +-inf (eager nan), gelu(-5) in f16 = -0 (eager -1.5e-6)"
+AUTOGRAD_QUEUE = ("open: under pytest only, backward raises autograd's 'device_ready_queues_' internal assert "
+                  "(the same program passes in a plain script, eager CPU first or not)")
 EMPTY_MIXED_MATMUL = "N10: mixed-dtype bmm/matmul with an empty result raises (eager returns the empty tensor)"
 
 # seed -> the bug it hits.
 KNOWN = {
-    6: BAD_DTYPE_EXC_TYPE, 10: BAD_DTYPE_EXC_TYPE, 12: DENORMAL, 19: BAD_DTYPE_EXC_TYPE, 20: BAD_DTYPE_NO_RAISE,
-    21: FILL_OVERFLOW, 32: EXPAND_INPLACE, 36: BAD_DTYPE_NO_RAISE, 60: BAD_DTYPE_NO_RAISE, 63: LAYER_NORM_EMPTY,
-    64: BAD_DTYPE_EXC_TYPE, 71: BAD_DTYPE_EXC_TYPE, 80: BAD_DTYPE_EXC_TYPE, 103: EXPAND_INPLACE,
-    116: UNFOLD_INPLACE, 117: EXPAND_INPLACE, 118: ZERO_SIZE_INDEX, 126: EXPAND_INPLACE, 135: FILL_OVERFLOW,
-    157: BAD_DTYPE_EXC_TYPE, 162: STRIDES, 163: NAN_TIMES_FALSE, 166: INT_SOFTMAX_EMPTY,
-    1510: EXCESS_PRECISION, 1695: INT_ZERO_DIV, 1892: ERF_TAIL, 1913: EMPTY_MIXED_MATMUL, 1998: STRIDES,
+    12: DENORMAL, 1892: ERF_TAIL, 1913: EMPTY_MIXED_MATMUL, 1998: AUTOGRAD_QUEUE,
 }
 
 

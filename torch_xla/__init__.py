@@ -29,6 +29,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 
 def _resolve_runtime():
     path, device_type = _plugins.plugin_for(None)
+    _plugins.default_xla_flags()
     _plugins.validate_xla_flags(path)
     return path, device_type, _plugins.cpu_device_count()
 

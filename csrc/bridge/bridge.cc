@@ -320,6 +320,7 @@ class RowKernel : public c10::OperatorKernel {
       }
     }
     if (view_op_) ViewStrides(ivs, results);
+    else if (!results.empty()) ResultStrides(op, ivs, results);
     if (strided_factory_) FactoryStrides(ivs, results);
     torch::jit::drop(*stack, n);
     if (graph::EagerMode() && !graph::InCompiledRegion()) RunNow(results);
@@ -356,6 +357,51 @@ class RowKernel : public c10::OperatorKernel {
       }
     } catch (const std::exception&) {
       // Layout only: keep contiguous metadata if the view cannot be replayed.
+    }
+  }
+
+  // Eager gives an op's results the memory layout of its inputs (TensorIterator keeps a transposed
+  // input's order), and layout decides whether reshape copies or aliases. When a result has the
+  // shape of a dense, non-contiguous input, run the op on meta tensors laid out like the inputs and
+  // take the result's strides from there. Contiguous inputs (the common case) cost nothing.
+  static void ResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs,
+                            const std::vector<c10::IValue>& results) {
+    bool candidate = false;
+    for (const auto& v : ivs) {
+      if (!v.isTensor()) continue;
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || t.dim() < 2 || t.is_contiguous() || !t.is_non_overlapping_and_dense()) continue;
+      for (const auto& r : results) {
+        if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
+      }
+    }
+    if (!candidate) return;
+    const auto& rets = op.schema().returns();
+    for (const auto& ret : rets) {
+      if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
+    }
+    try {
+      torch::jit::Stack st;
+      for (const auto& v : ivs) {
+        if (v.isTensor() && v.toTensor().defined()) {
+          const at::Tensor& t = v.toTensor();
+          st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+        } else {
+          st.push_back(v);
+        }
+      }
+      at::AutoDispatchSkipFunctionalize guard;
+      op.callBoxed(st);
+      for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
+        if (!results[i].isTensor() || !st[i].isTensor()) continue;
+        const at::Tensor& out = results[i].toTensor();
+        const at::Tensor& meta = st[i].toTensor();
+        if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
+        if (!meta.sizes().equals(out.sizes()) || meta.is_contiguous() || !meta.is_non_overlapping_and_dense()) continue;
+        out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
+      }
+    } catch (const std::exception&) {
+      // Layout only: keep contiguous results if the op has no meta kernel.
     }
   }
 

@@ -39,6 +39,7 @@ struct ExpandMeta : ViewMeta {
   }
   at::Tensor reverse(const at::Tensor& base, const at::Tensor& mutated) override {
     // A base element appears at every index of an expanded dimension: index 0 holds what was written.
+    if (mutated.numel() == 0) return at::view_copy(base, base.sizes());  // an empty view writes nothing
     at::Tensor r = mutated;
     int64_t lead = mutated.dim() - base.dim();
     for (int64_t i = 0; i < lead; ++i) r = at::select_copy(r, 0, 0);
@@ -60,6 +61,7 @@ struct UnfoldMeta : ViewMeta {
   }
   at::Tensor reverse(const at::Tensor& base, const at::Tensor& mutated) override {
     // view[..., i, ..., j] = base[..., i * step + j, ...]: scatter the windows back, keep the rest.
+    if (mutated.numel() == 0) return at::view_copy(base, base.sizes());  // an empty view writes nothing
     if (base.dim() == 0) return at::view_copy(mutated, base.sizes());
     int64_t d = c10::maybe_wrap_dim(dim, base.dim());
     int64_t n = mutated.size(d);

@@ -44,13 +44,28 @@ using Rule = std::function<void(OpArgs&)>;
 
 // First tensor argument's dtype must not be integral (bool included): eager's kernel is float-only.
 Rule FloatKernel(const std::string& kernel, size_t k = 0) {
+  return [=](OpArgs& a) {  // an empty input never reaches eager's kernel
+    if (!a.IsNone(k) && a.V(k).shape().numel() > 0 && ir::IsIntegral(a.V(k).dtype(), true)) NotImpl(kernel, a.V(k).dtype());
+  };
+}
+Rule BitwiseInts(const std::string& kernel, bool scalar) {
   return [=](OpArgs& a) {
-    if (!a.IsNone(k) && ir::IsIntegral(a.V(k).dtype(), true)) NotImpl(kernel, a.V(k).dtype());
+    DType t = scalar ? ResultType({&a.T(0)}, {&a.S(1)}) : ResultType({&a.T(0), &a.T(1)});
+    if (ir::IsFloating(t)) NotImpl(kernel, t);
   };
 }
 Rule NoBool(const std::string& kernel, size_t k = 0) {
   return [=](OpArgs& a) {
     if (!a.IsNone(k) && a.V(k).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
+  };
+}
+// Matrix products: eager's kernel (and its dtype dispatch) only runs when every operand has elements.
+Rule NoBoolProduct(const std::string& kernel, std::vector<size_t> operands) {
+  return [=](OpArgs& a) {
+    for (size_t k : operands) {
+      if (a.IsNone(k) || a.V(k).shape().numel() == 0) return;
+    }
+    if (a.V(operands[0]).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
   };
 }
 Rule NoBoolRuntime(const std::string& message) {
@@ -109,7 +124,13 @@ Rule IndexDtypes(size_t k) {
 
 const std::unordered_map<std::string, Rule>& Rules() {
   static const auto* rules = new std::unordered_map<std::string, Rule>{
-      {"native_layer_norm", FloatKernel("LayerNormKernelImpl")},
+      {"native_layer_norm", [](OpArgs& a) {
+         if (a.Ints(1).empty()) {
+           a.Fail("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but "
+                  "got normalized_shape = []");
+         }
+         FloatKernel("LayerNormKernelImpl")(a);
+       }},
       {"_softmax", FloatKernel("softmax_lastdim_kernel_impl")},
       {"_log_softmax", FloatKernel("log_softmax_lastdim_kernel_impl")},
       {"lerp.Scalar", FloatKernel("lerp_kernel_scalar")},
@@ -129,13 +150,21 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
        }},
       {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
+      {"round", NoBool("round_vml_cpu")},
+      {"bitwise_and.Tensor", BitwiseInts("bitwise_and_cpu", false)},
+      {"bitwise_and.Scalar", BitwiseInts("bitwise_and_cpu", true)},
+      {"bitwise_or.Tensor", BitwiseInts("bitwise_or_cpu", false)},
+      {"bitwise_or.Scalar", BitwiseInts("bitwise_or_cpu", true)},
+      {"bitwise_xor.Tensor", BitwiseInts("bitwise_xor_cpu", false)},
+      {"bitwise_xor.Scalar", BitwiseInts("bitwise_xor_cpu", true)},
+      {"masked_fill.Scalar", [](OpArgs& a) { CheckFits(a, a.S(2), a.V(0).dtype()); }},
       {"argmax", NoBoolRuntime("argmax(): does not support bool input")},
       {"argmin", NoBoolRuntime("argmin(): does not support bool input")},
       {"abs", NoBool("abs_cpu")},
-      {"dot", NoBool("dot")},
-      {"mm", NoBool("addmm_impl_cpu_")},
-      {"addmm", NoBool("addmm_impl_cpu_", 1)},
-      {"bmm", NoBool("bmm")},
+      {"dot", NoBoolProduct("dot", {0, 1})},
+      {"mm", NoBoolProduct("addmm_impl_cpu_", {0, 1})},
+      {"addmm", NoBoolProduct("addmm_impl_cpu_", {1, 2})},
+      {"bmm", NoBoolProduct("bmm", {0, 1})},
       {"addcdiv", [](OpArgs& a) {
          if (ir::IsIntegral(a.V(1).dtype(), true) && ir::IsIntegral(a.V(2).dtype(), true)) {
            a.Fail("Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform "

@@ -829,10 +829,14 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     // out[..., index[i], ...] += alpha * source[..., i, ...]
     Value x = a.V(0), idx = a.V(2), src = a.V(3);
     int64_t d = ir::NormalizeDim(a.Int(1), std::max(x.rank(), 1));
-    if (x.rank() == 0) return {Bin(Op::kAdd, x, Cast(src, x.dtype()))};
     if (idx.rank() > 1) a.Fail("index_add_(): Index is supposed to be a vector");
-    CheckIndexRange(idx, 0, x.dims()[d], "index_add_(): index out of range", a.device);
     Value v = Cast(src, x.dtype());
+    if (x.rank() == 0) {
+      CheckIndexRange(idx, 0, 1, "index_add_(): index out of range", a.device);
+      if (a.S(4).AsDouble() != 1.0) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
+      return {Bin(Op::kAdd, x, ir::Reshape(v, {}))};
+    }
+    CheckIndexRange(idx, 0, x.dims()[d], "index_add_(): index out of range", a.device);
     if (v.rank() == 0) v = ir::Reshape(v, {1});
     if (a.S(4).AsDouble() != 1.0) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
     Value ib = ir::BroadcastInDim(Cast(ir::Reshape(idx, {idx.shape().numel()}), DType::kS64), v.dims(), {d});

@@ -135,13 +135,21 @@ void AddReductionRows(std::vector<OpRow>& rows) {
   rows.push_back({"mm", [](OpArgs& a) -> V {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 2 || y.rank() != 2) a.Fail("self must be a matrix");
-    if (x.dtype() != y.dtype()) a.Fail("expected m1 and m2 to have the same dtype");
+    if (x.dtype() != y.dtype()) {
+      // Eager checks dtypes only when the product has elements (an empty result is returned as is).
+      if (x.dims()[0] * y.dims()[1] == 0) return {ir::Full(0, ir::Shape(x.dtype(), {x.dims()[0], y.dims()[1]}))};
+      a.Fail("expected m1 and m2 to have the same dtype");
+    }
     return {Matmul2d(x, y)};
   }});
   rows.push_back({"bmm", [](OpArgs& a) -> V {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
-    if (x.dtype() != y.dtype()) a.Fail("expected scalar type of both operands to match");
+    if (x.dtype() != y.dtype()) {
+      std::vector<int64_t> od{x.dims()[0], x.dims()[1], y.dims()[2]};
+      if (od[0] * od[1] * od[2] == 0) return {ir::Full(0, ir::Shape(x.dtype(), od))};
+      a.Fail("expected scalar type of both operands to match");
+    }
     return {BatchedMatmul(x, y)};
   }});
   rows.push_back({"addmm", [](OpArgs& a) -> V {
@@ -191,7 +199,7 @@ void AddReductionRows(std::vector<OpRow>& rows) {
       return {Cast(ir::Unary(Op::kLog, s), t)};
     }
     Value m = KeepDims(ir::Reduce(ir::ReduceKind::kMax, xc, dims), xc.dims(), dims);
-    Value inf = ir::Compare(CompareDir::kEQ, ir::Unary(Op::kAbs, m), ir::Full(std::numeric_limits<double>::infinity(), m.shape()));
+    Value inf = ir::Compare(ir::CompareDir::kEQ, ir::Unary(Op::kAbs, m), ir::Full(std::numeric_limits<double>::infinity(), m.shape()));
     m = ir::Select(inf, ir::Full(0, m.shape()), m);
     Value s = SumDims(ir::Unary(Op::kExp, Bin(Op::kSub, xc, m)), dims, true, ct);
     Value r = ir::Binary(Op::kAdd, ir::Unary(Op::kLog, s), m);

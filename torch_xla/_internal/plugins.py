@@ -200,6 +200,18 @@ def cpu_device_count() -> int:
 MAX_CPU_DEVICES = 1024
 
 
+def default_xla_flags() -> None:
+    """XLA flags we need for eager's results, added to XLA_FLAGS unless the user set them.
+
+    --xla_allow_excess_precision=false: eager rounds every bf16/f16 op's result to its dtype; by
+    default XLA may keep intermediates in float32 (it removes f32->bf16->f32 round trips), which
+    gives values no bf16 computation can produce. Set the flag yourself to choose otherwise.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_allow_excess_precision" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_allow_excess_precision=false").strip()
+
+
 def validate_xla_flags(plugin_path: str) -> None:
     """Raises ValueError naming any flag in XLA_FLAGS that the plugin does not know.
 
