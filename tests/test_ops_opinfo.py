@@ -228,7 +228,16 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.pad", "constant"): ("constant_pad_nd",),
     ("nn.functional.pad", "reflect"): ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"),
     ("nn.functional.pad", "replicate"): ("replication_pad1d", "replication_pad2d", "replication_pad3d"),
-    ("nn.functional.interpolate", "nearest"): ("upsample_nearest2d", "upsample_nearest2d_backward"),
+    ("nn.functional.interpolate", "nearest"): ("upsample_nearest2d", "upsample_nearest2d_backward", "upsample_nearest1d"),
+    # ---- issue #8: ops upstream lowers
+    ("nn.functional.mse_loss", ""): ("mse_loss", "mse_loss_backward"),
+    ("nn.functional.softplus", ""): ("softplus", "softplus_backward"),
+    ("logsumexp", ""): ("logsumexp",),
+    ("baddbmm", ""): ("baddbmm",),
+    ("addmv", ""): ("addmv",),
+    ("index_add", ""): ("index_add",),
+    ("bitwise_left_shift", ""): ("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar"),
+    ("bitwise_right_shift", ""): ("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar"),
     ("nn.functional.interpolate", "bilinear"): ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
 }
 
@@ -634,6 +643,8 @@ EXEMPT: dict[str, str] = {
     # (normal_functional, uniform, bernoulli, random); these serve calls made below it (randn_like).
     **{r: _RANDOM_INPLACE for r in ("normal_", "uniform_", "bernoulli_.float", "bernoulli_.Tensor",
                                     "random_.from", "random_.to")},
+    **{r: "Python's << and >> operators; checked in tests/test_never_wrong.py::test_shift_operators"
+       for r in ("__lshift__.Tensor", "__lshift__.Scalar", "__rshift__.Tensor", "__rshift__.Scalar")},
     # Dead rows: bridge.cc registers no kernel for a CompositeImplicitAutograd op (the decomposition
     # runs: isfinite -> abs/eq/ne/mul, silu_backward -> sigmoid/mul/sub/add), so nothing reaches these.
 }

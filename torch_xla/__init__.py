@@ -6,9 +6,10 @@ another). Importing this package is cheap: the runtime starts on first device us
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
-import os
 import functools
+import os
 from importlib import metadata as _metadata
 from typing import Callable, List, Optional
 
@@ -16,6 +17,9 @@ import torch
 
 from . import _C  # registers the XLA kernels with the dispatcher
 from ._internal import plugins as _plugins
+from ._internal import storage as _storage
+
+_storage.install()
 
 try:
     __version__ = _metadata.version("torch_xla")
@@ -25,6 +29,8 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 
 def _resolve_runtime():
     path, device_type = _plugins.plugin_for(None)
+    _plugins.default_xla_flags()
+    _plugins.validate_xla_flags(path)
     count = _plugins.cpu_device_count()
     if device_type == "CPU" and (os.environ.get("TORCH_XLA_SPAWNED") == "1"
                                  or os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")):
@@ -106,4 +112,60 @@ def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_si
     return _xmp.spawn(fn, args=args, nprocs=1 if debug_single_process else None, start_method=start_method)
 
 
-__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "launch", "__version__"]
+@contextlib.contextmanager
+def step():
+    """Marks one step: pending work is synced on entry, and everything traced inside runs when the
+    block exits (``with torch_xla.step(): loss = train_step(batch)``)."""
+    sync()
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if failed:
+            try:
+                sync()
+            except Exception:  # the original exception is the one to report
+                pass
+        else:
+            sync()
+
+
+def real_devices() -> List[str]:
+    """Runtime names of this process's devices ("CPU:0", "CUDA:0", "TPU:0", ...)."""
+    from . import _XLAC
+    return _XLAC._xla_real_devices()
+
+
+def _write_metrics_file_at_exit():
+    """XLA_METRICS_FILE=<path>: append the metrics report to <path> when the process exits
+    (written to a temporary file and renamed)."""
+    path = os.environ.get("XLA_METRICS_FILE", "").strip()
+    if not path:
+        return
+    from .debug import metrics as _met
+    report = _met.metrics_report()
+    try:
+        old = ""
+        if os.path.isfile(path):
+            with open(path) as f:
+                old = f.read()
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(old + report)
+        os.replace(tmp, path)
+    except OSError as e:
+        import sys
+        print(f"[torch_xla] XLA_METRICS_FILE: cannot write {path}: {e}", file=sys.stderr)
+
+
+if os.environ.get("XLA_METRICS_FILE", "").strip():
+    atexit.register(_write_metrics_file_at_exit)
+
+from . import _XLAC  # noqa: E402  (upstream's low-level hooks; pure Python over _C)
+from . import experimental  # noqa: E402,F401
+
+__all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "step", "real_devices",
+           "launch", "__version__"]

@@ -103,3 +103,61 @@ def initialize_cache(path: str, readonly: bool = False):
         raise RuntimeError(f"the persistent cache is already initialized at {_cache_path}")
     _C._initialize_cache(path, bool(readonly))
     _cache_path = path
+
+
+# ==== Compatibility additions (issue #8). ====
+def set_device_type(pjrt_device: str) -> None:
+    """Sets the PJRT device type (PJRT_DEVICE) to use; must be called before the runtime starts."""
+    if not isinstance(pjrt_device, str) or not pjrt_device.strip():
+        raise ValueError(f"pjrt_device must be a non-empty str, got {pjrt_device!r}")
+    canonical = _plugins._canonical(pjrt_device) if _plugins._override_path() is None else pjrt_device.upper()
+    if _C._client_started():
+        current = _C._device_type()
+        if current != canonical:
+            raise RuntimeError(f"the runtime already started with device type {current}; "
+                               f"set_device_type({pjrt_device!r}) must be called before any device use")
+        return
+    os.environ["PJRT_DEVICE"] = pjrt_device.strip().upper()
+
+
+def using_pjrt() -> bool:
+    """Always True: PJRT is the only runtime (kept for scripts written for the XRT transition)."""
+    return True
+
+
+def is_bf16_supported() -> bool:
+    """Whether the device computes in bfloat16 (every PJRT plugin here does)."""
+    return True
+
+
+def process_count() -> int:
+    """Number of processes in the job (same as world_size())."""
+    return world_size()
+
+
+def addressable_runtime_device_count() -> int:
+    """Runtime devices this process can address (no SPMD: the same as addressable_device_count())."""
+    return addressable_device_count()
+
+
+def runtime_device_attributes(device) -> dict:
+    """Attributes of one runtime device: ``{"name", "device_kind", "platform", "index"}``."""
+    import torch
+    d = torch.device(device) if not isinstance(device, int) else torch.device("xla", device)
+    if d.type != "xla":
+        raise ValueError(f"not an XLA device: {device}")
+    idx = 0 if d.index is None else d.index
+    _C._check_device(idx)
+    platform = _C._platform()[0]
+    return {"name": f"{_C._device_type()}:{idx}", "device_kind": _C._device_kind(idx), "platform": platform,
+            "index": idx}
+
+
+def global_runtime_device_attributes() -> list:
+    """``runtime_device_attributes`` of every device (this process's devices: single host)."""
+    return [runtime_device_attributes(i) for i in range(addressable_device_count())]
+
+
+def get_num_cached_compilation_graph() -> int:
+    """Number of compiled graphs held by the in-memory compile cache."""
+    return int(_C._compile_cache_size())

@@ -240,6 +240,7 @@ class RowKernel : public c10::OperatorKernel {
   explicit RowKernel(const ops::OpRow* row)
       : row_(row), allow_cpu_tensors_(row->aten == "copy"),
         shares_input_(row->aten == "alias_copy" || row->aten == "detach_copy"),
+        strided_factory_(row->aten == "empty_strided"),
         counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
     // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
     std::string base = row->aten.substr(0, row->aten.find('.'));
@@ -267,18 +268,31 @@ class RowKernel : public c10::OperatorKernel {
     if (graph::WantScopes()) scope.emplace(graph::CurrentUserScope());
     for (size_t i = 0; i < n; ++i) Convert(ivs[i], classes_[i], device, &args.args[i]);
     std::vector<ir::Value> outs;
+    size_t checks_before = graph::PendingCheckCount(device);
     try {
       outs = row_->fn(args);
     } catch (const ops::NotLowered&) {
       // This call's arguments need the CPU (value-dependent shapes): the stack is untouched.
       CpuFallback(op, stack);
       return;
+    } catch (const ops::IndexError& e) {
+      TORCH_CHECK_INDEX(false, args.op_name, ": ", e.what());
+    } catch (const ops::NotImplementedError& e) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
     } catch (const ir::ShapeError& e) {
       // Eager raises RuntimeError for size and argument mismatches.
       std::string msg = e.what();
       if (msg.rfind(args.op_name, 0) != 0) msg = args.op_name + ": " + msg;
       TORCH_CHECK(false, msg);
     }
+    // Empty results are constants: nothing to compute (XLA rejects some ops on empty operands, such
+    // as a gather from a zero-size dimension), and index checks of an op with empty results never fire.
+    bool all_empty = !outs.empty();
+    for (auto& v : outs) {
+      if (v && v.shape().numel() == 0) v = ir::Full(0, v.shape());
+      else all_empty = false;
+    }
+    if (all_empty) graph::DropPendingChecks(device, checks_before);
     for (auto& [k, v] : args.writebacks) Assign(ivs[k].toTensor(), v);
     // Arguments written by the op (out=, in-place) are returned as themselves.
     std::vector<c10::IValue> results;
@@ -306,6 +320,8 @@ class RowKernel : public c10::OperatorKernel {
       }
     }
     if (view_op_) ViewStrides(ivs, results);
+    else if (!results.empty()) ResultStrides(op, ivs, results);
+    if (strided_factory_) FactoryStrides(ivs, results);
     torch::jit::drop(*stack, n);
     if (graph::EagerMode() && !graph::InCompiledRegion()) RunNow(results);
     for (auto& v : results) stack->push_back(std::move(v));
@@ -341,6 +357,66 @@ class RowKernel : public c10::OperatorKernel {
       }
     } catch (const std::exception&) {
       // Layout only: keep contiguous metadata if the view cannot be replayed.
+    }
+  }
+
+  // Eager gives an op's results the memory layout of its inputs (TensorIterator keeps a transposed
+  // input's order), and layout decides whether reshape copies or aliases. When a result has the
+  // shape of a dense, non-contiguous input, run the op on meta tensors laid out like the inputs and
+  // take the result's strides from there. Contiguous inputs (the common case) cost nothing.
+  static void ResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs,
+                            const std::vector<c10::IValue>& results) {
+    bool candidate = false;
+    for (const auto& v : ivs) {
+      if (!v.isTensor()) continue;
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || t.dim() < 2 || t.is_contiguous() || !t.is_non_overlapping_and_dense()) continue;
+      for (const auto& r : results) {
+        if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
+      }
+    }
+    if (!candidate) return;
+    const auto& rets = op.schema().returns();
+    for (const auto& ret : rets) {
+      if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
+    }
+    try {
+      torch::jit::Stack st;
+      for (const auto& v : ivs) {
+        if (v.isTensor() && v.toTensor().defined()) {
+          const at::Tensor& t = v.toTensor();
+          st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+        } else {
+          st.push_back(v);
+        }
+      }
+      at::AutoDispatchSkipFunctionalize guard;
+      op.callBoxed(st);
+      for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
+        if (!results[i].isTensor() || !st[i].isTensor()) continue;
+        const at::Tensor& out = results[i].toTensor();
+        const at::Tensor& meta = st[i].toTensor();
+        if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
+        if (!meta.sizes().equals(out.sizes()) || meta.is_contiguous() || !meta.is_non_overlapping_and_dense()) continue;
+        out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
+      }
+    } catch (const std::exception&) {
+      // Layout only: keep contiguous results if the op has no meta kernel.
+    }
+  }
+
+  // empty_strided with a dense layout (how CPU tensors' .to("xla") preserves a transposed layout):
+  // the result reports the requested strides, as on CUDA.
+  static void FactoryStrides(c10::ArrayRef<c10::IValue> ivs, const std::vector<c10::IValue>& results) {
+    if (ivs.size() < 2 || results.empty() || !results[0].isTensor()) return;
+    std::vector<int64_t> size = ToInts(ivs[0]), stride = ToInts(ivs[1]);
+    if (size.size() != stride.size()) return;
+    at::Tensor probe = at::empty_strided(size, stride, at::TensorOptions().device(at::kMeta));
+    if (probe.is_contiguous() || !probe.is_non_overlapping_and_dense()) return;
+    at::Tensor out = results[0].toTensor();
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
+    if (at::functionalization::impl::isFunctionalTensor(out)) {
+      at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
     }
   }
 
@@ -414,11 +490,23 @@ class RowKernel : public c10::OperatorKernel {
     return 0;
   }
 
-  ops::TensorArg TensorArgOf(const at::Tensor& t, int device) const {
+  ops::TensorArg TensorArgOf(const at::Tensor& t, int device, bool index = false) const {
     ops::TensorArg ta;
     if (!t.defined()) return ta;
     if (auto x = TryGetXla(t)) {
+      if (x->device() != device) {
+        // copy_ between devices moves the data; any other op refuses, as eager does for two CUDA devices.
+        TORCH_CHECK(allow_cpu_tensors_, "Expected all tensors to be on the same device, but found at least two devices, xla:",
+                    device, " and xla:", x->device(), "! (in ", row_->aten, ")");
+        ta.v = FromCpu(ToCpu(x), device)->GetValue();
+        return ta;
+      }
       ta.v = x->GetValue();
+      return ta;
+    }
+    if (index && t.device().is_cpu()) {
+      // Index tensors and masks may live on the CPU, as with CUDA tensors.
+      ta.v = FromCpu(t, device)->GetValue();
       return ta;
     }
     if (t.device().is_cpu() && t.dim() == 0) {
@@ -456,7 +544,7 @@ class RowKernel : public c10::OperatorKernel {
       case ArgClass::kOptTensorList:
         out->kind = ops::Arg::kOptTensorList;
         for (const auto& e : v.toListRef()) {
-          out->tl.push_back(e.isNone() ? ops::TensorArg{} : TensorArgOf(e.toTensor(), device));
+          out->tl.push_back(e.isNone() ? ops::TensorArg{} : TensorArgOf(e.toTensor(), device, /*index=*/true));
         }
         return;
       case ArgClass::kScalar: out->kind = ops::Arg::kScalar; out->s = ToScalar(v); return;
@@ -478,6 +566,7 @@ class RowKernel : public c10::OperatorKernel {
   const ops::OpRow* row_;
   bool allow_cpu_tensors_;
   bool shares_input_;
+  bool strided_factory_;
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;
@@ -489,6 +578,32 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string& name = op.schema().name();
+  if (name == "aten::as_strided_copy" || name == "aten::as_strided") {
+    // A tensor that owns a dense storage (offset 0, non-overlapping and dense, e.g. moved with
+    // .to() from a transposed CPU tensor, which keeps eager's strides): rebuild that storage on the
+    // CPU with the tensor's strides, then read it as eager would.
+    const auto& args = op.schema().arguments();
+    auto ivs = torch::jit::last(*stack, args.size());
+    if (ivs.size() >= 3 && ivs[0].isTensor()) {
+      const at::Tensor& t = ivs[0].toTensor();
+      auto x = TryGetXla(t);
+      if (x && t.storage_offset() == 0 && t.is_non_overlapping_and_dense()) {
+        at::Tensor logical = ToCpu(x);
+        at::Tensor storage = at::empty_strided(t.sizes(), t.strides(), logical.options());
+        storage.copy_(logical);
+        std::vector<int64_t> size = ToInts(ivs[1]), stride = ToInts(ivs[2]);
+        std::optional<int64_t> offset;
+        if (ivs.size() > 3 && !ivs[3].isNone()) {
+          offset = ivs[3].isSymInt() ? ivs[3].toSymInt().guard_int(__FILE__, __LINE__) : ivs[3].toInt();
+        }
+        at::Tensor r = storage.as_strided(size, stride, offset).clone();
+        metrics::IncrementCounter(name);
+        torch::jit::drop(*stack, args.size());
+        stack->push_back(MakeXla(FromCpu(r, x->device())));
+        return;
+      }
+    }
+  }
   if (name.rfind("aten::as_strided", 0) == 0) {
     // On the CPU the input is a dense copy of the view: its storage layout is lost. That is only
     // the same storage for a contiguous tensor at offset 0; anything else would read wrong elements.
@@ -502,15 +617,41 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   metrics::IncrementCounter(name);
+  // The XLA device of the arguments: results computed on the CPU go back there (torch's fallback
+  // puts them on the first tensor argument's device, which may be a CPU scalar: 7 // xla_tensor).
+  int xla_device = -1;
+  {
+    auto ivs = torch::jit::last(*stack, op.schema().arguments().size());
+    for (const auto& v : ivs) {
+      if (xla_device >= 0) break;
+      if (v.isTensor()) {
+        if (auto x = TryGetXla(v.toTensor())) xla_device = x->device();
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList().vec()) {
+          if (auto x = TryGetXla(t)) { xla_device = x->device(); break; }
+        }
+      }
+    }
+  }
   static bool debug = [] {
     const char* e = std::getenv("PT_XLA_DEBUG");
     return e && *e && std::string(e) != "0";
   }();
   if (debug) {
-    std::fprintf(stderr, "[PT_XLA_DEBUG] op %s is not lowered: running it on the CPU (fallback)\n",
+    std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] op %s is not lowered: running it on the CPU (fallback)\n",
                  op.schema().name().c_str());
   }
   at::native::cpu_fallback(op, stack);
+  if (xla_device < 0) return;
+  auto rets = torch::jit::last(*stack, op.schema().returns().size());
+  for (size_t i = 0; i < rets.size(); ++i) {
+    const auto& alias = op.schema().returns()[i].alias_info();
+    if (alias) continue;  // an argument written in place stays where it is
+    c10::IValue& v = (*stack)[stack->size() - rets.size() + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu()) {
+      v = MakeXla(FromCpu(v.toTensor(), xla_device));
+    }
+  }
 }
 
 void CopyInto(const at::Tensor& self, const at::Tensor& src) {
@@ -555,14 +696,25 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
-                  std::optional<at::Device> device, std::optional<bool>, bool, std::optional<at::MemoryFormat>) {
+                  std::optional<at::Device> device, std::optional<bool>, bool,
+                  std::optional<at::MemoryFormat> memory_format) {
   auto x = TryGetXla(self);
   at::ScalarType st = dtype.value_or(self.scalar_type());
   if (!x) {
     // Host -> device upload (e.g. cpu_tensor.to("xla")).
     TORCH_CHECK(self.device().is_cpu(), "_to_copy: cannot copy from ", self.device(), " to an XLA device");
     int target = CheckedDevice(device && device->has_index() ? device->index() : 0);
-    return MakeXla(FromCpu(self.to(st), target));
+    at::Tensor out = MakeXla(FromCpu(self.to(st), target));
+    // .to() keeps a dense layout (memory_format=preserve), as for CUDA: a transposed tensor stays transposed.
+    bool preserve = !memory_format || *memory_format == at::MemoryFormat::Preserve;
+    if (preserve && !self.is_contiguous() && self.is_non_overlapping_and_dense()) {
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), self.strides());
+      if (at::functionalization::impl::isFunctionalTensor(out)) {
+        at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(
+            self.sizes(), self.strides());
+      }
+    }
+    return out;
   }
   if (device && device->type() != c10::DeviceType::XLA) {
     at::Tensor cpu = ToCpu(x);
@@ -738,6 +890,8 @@ void RegisterKernels() {
     }
   }
   RegisterInplaceMetaKernels();
+  RegisterFunctionalizationFixes({"add_.Tensor", "mul_.Tensor", "div_.Tensor", "addcdiv_", "addcmul_", "lerp_.Scalar",
+                                  "lerp_.Tensor", "sqrt_"});
   static torch::Library* fallback =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
   fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());

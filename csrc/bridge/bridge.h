@@ -3,6 +3,9 @@
 
 #include <ATen/ATen.h>
 
+#include <set>
+#include <string>
+
 #include "graph/graph.h"
 
 namespace txla::bridge {
@@ -38,6 +41,9 @@ at::Tensor ToCpu(const graph::TensorPtr& t);
 graph::TensorPtr FromCpu(const at::Tensor& cpu, int device);
 
 void RegisterKernels();
+// Exact expand/unfold view inverses and eager's in-place checks (functionalize.cc); ops listed in
+// cpp_meta_ops keep the C++ structured meta kernels registered for them.
+void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops);
 // The op-table rows registered with the dispatcher in this torch release (by their own names).
 std::vector<std::string> RegisteredRows();
 

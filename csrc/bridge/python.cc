@@ -2,7 +2,15 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/Operators.h>
+#include <ATen/autocast_mode.h>
+#include <torch/library.h>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
 #include "bridge/bridge.h"
+#include "lowering/stablehlo.h"
 #include "ops/op_table.h"
 #include "util/metrics.h"
 
@@ -14,6 +22,119 @@ namespace {
 std::vector<graph::TensorPtr> XlaTensors(const std::vector<at::Tensor>& ts) {
   std::vector<graph::TensorPtr> out;
   for (const auto& t : ts) out.push_back(bridge::XlaFromUser(t));
+  return out;
+}
+
+// ---- StableHLO export / run (torch_xla.stablehlo).
+
+// Every node the roots need, operands before users (iterative DFS, each node once).
+std::vector<const ir::Node*> PostOrderOf(const std::vector<ir::Value>& roots) {
+  std::vector<const ir::Node*> order;
+  std::unordered_set<const ir::Node*> done;
+  std::vector<std::pair<const ir::Node*, size_t>> stack;
+  for (const auto& r : roots) {
+    if (done.count(r.node.get())) continue;
+    stack.emplace_back(r.node.get(), 0);
+    while (!stack.empty()) {
+      auto& [n, i] = stack.back();
+      if (i < n->operands.size()) {
+        const ir::Node* child = n->operands[i++].node.get();
+        if (!done.count(child)) stack.emplace_back(child, 0);
+        continue;
+      }
+      if (done.insert(n).second) order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+// StableHLO of `outputs` as a function of `inputs` (in that order), followed by whatever other
+// device data the graph reads (cached scalars, RNG state): returned as tensors so that a saved
+// program can be run again with them. Inputs must be materialized (no pending IR).
+py::tuple ExportStableHlo(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs) {
+  auto outs = XlaTensors(outputs);
+  auto ins = XlaTensors(inputs);
+  std::unordered_map<const ir::DeviceData*, size_t> input_index;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (ins[i]->HasPending() || !ins[i]->data()) {
+      throw py::value_error("stablehlo export: input " + std::to_string(i) + " is not materialized (sync first)");
+    }
+    input_index.emplace(ins[i]->data().get(), i);
+  }
+  lowering::ModuleSpec spec;
+  spec.name = "main";
+  for (auto& t : outs) {
+    if (!t->error().empty()) throw std::runtime_error(t->error());
+    spec.roots.push_back(t->GetValue());
+  }
+  spec.post_order = PostOrderOf(spec.roots);
+  // Parameter order: the inputs first (one per input, in order), then the other device data.
+  std::vector<const ir::Node*> by_input(ins.size(), nullptr);
+  std::vector<const ir::Node*> extra;
+  py::list extra_tensors;
+  py::list used;  // per input: whether the graph reads it
+  for (const ir::Node* n : spec.post_order) {
+    if (n->op != ir::Op::kDeviceData) continue;
+    auto it = input_index.find(n->data.get());
+    if (it != input_index.end() && by_input[it->second] == nullptr) {
+      by_input[it->second] = n;
+    } else {
+      extra.push_back(n);
+      auto t = std::make_shared<graph::TensorData>(n->data->shape, n->data->device);
+      t->SetData(n->data);
+      extra_tensors.append(bridge::MakeXla(t));
+    }
+  }
+  for (size_t i = 0; i < ins.size(); ++i) {
+    used.append(by_input[i] != nullptr);
+    if (by_input[i]) spec.params.push_back(by_input[i]);
+  }
+  for (const ir::Node* n : extra) spec.params.push_back(n);
+  return py::make_tuple(lowering::EmitStableHlo(spec), used, extra_tensors);
+}
+
+std::mutex g_run_mu;
+std::unordered_map<std::string, std::shared_ptr<runtime::Executable>>& RunCache() {
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<runtime::Executable>>();
+  return *cache;
+}
+
+// Compiles (once per text) and runs a StableHLO module on the arguments' device; the results are
+// new XLA tensors.
+std::vector<at::Tensor> RunStableHlo(const std::string& text, const std::vector<at::Tensor>& args, int device) {
+  auto ts = XlaTensors(args);
+  std::vector<graph::TensorPtr> pending;
+  for (auto& t : ts) {
+    if (!t->error().empty()) throw std::runtime_error(t->error());
+    if (t->HasPending() || !t->data()) pending.push_back(t);
+    if (t->device() != ts[0]->device()) throw py::value_error("run_stablehlo: arguments are on different devices");
+  }
+  if (!ts.empty()) device = ts[0]->device();
+  graph::CheckDevice(device);
+  if (!pending.empty()) {
+    graph::SyncOptions o;
+    o.wait = true;
+    py::gil_scoped_release nogil;
+    graph::SyncTensors(&pending, o);
+  }
+  std::vector<runtime::Buffer> results;
+  {
+    std::lock_guard<std::mutex> g(g_run_mu);
+    auto& client = graph::GetClient();
+    auto& slot = RunCache()[text];
+    if (!slot) slot = std::make_shared<runtime::Executable>(client.Compile(text, runtime::CompileOptions{}));
+    std::vector<PJRT_Buffer*> bufs;
+    for (auto& t : ts) bufs.push_back(t->data()->buffer.get());
+    results = client.Execute(*slot, bufs, device);
+  }
+  std::vector<at::Tensor> out;
+  for (auto& b : results) {
+    ir::Shape shape(b.Type(), b.Dims());
+    auto t = std::make_shared<graph::TensorData>(shape, device);
+    t->SetData(std::make_shared<ir::DeviceData>(std::move(b), shape, device));
+    out.push_back(bridge::MakeXla(t));
+  }
   return out;
 }
 
@@ -183,4 +304,73 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_lowered_ops", []() { return bridge::RegisteredRows(); });
+
+  // ---- Hooks behind torch_xla._XLAC (the PyTorch/XLA names live in torch_xla/_XLAC.py).
+  m.def("_set_mat_mul_precision", [](int p) {
+    try {
+      ir::SetMatMulPrecision(p);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
+  m.def("_get_mat_mul_precision", &ir::MatMulPrecision);
+  m.def("_tensor_info", [](const at::Tensor& t) {
+    // Lazy-tensor state of an XLA tensor, for _get_xla_tensor_debug_info.
+    auto x = bridge::XlaFromUser(t);
+    py::dict d;
+    d["id"] = x->id();
+    d["device"] = x->device();
+    d["shape"] = x->shape().ToString();
+    d["has_data"] = static_cast<bool>(x->data());
+    d["has_pending"] = x->HasPending();
+    d["pending_op"] = x->HasPending() ? std::string(ir::OpName(x->pending().node->op)) : std::string();
+    d["error"] = x->error();
+    return d;
+  });
+  m.def("_stablehlo_export", &ExportStableHlo, py::arg("outputs"), py::arg("inputs"));
+  m.def("_run_stablehlo", &RunStableHlo, py::arg("text"), py::arg("args"), py::arg("device") = 0);
+  m.def("_optimization_barrier", [](const std::vector<at::Tensor>& ts) {
+    // Routes the tensors' values through one stablehlo.optimization_barrier (same values).
+    auto xs = XlaTensors(ts);
+    if (xs.empty()) return;
+    std::vector<ir::Value> values;
+    for (const auto& x : xs) {
+      if (x->device() != xs[0]->device()) {
+        throw py::value_error("optimization_barrier_: all tensors must be on the same XLA device");
+      }
+      if (!x->error().empty()) throw std::runtime_error(x->error());
+      values.push_back(x->GetValue());
+    }
+    auto out = ir::OptimizationBarrier(values);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i]->SetPending(out[i]);
+  });
 }
+
+// ---- torch.autocast(device_type="xla"): torch defines the AutocastXLA key and the cast policies but
+// registers no kernels for it (PyTorch/XLA does that in its extension). Same op lists and policies
+// as torch's AutocastCPU; every other op falls through to the XLA kernels.
+TORCH_LIBRARY_IMPL(_, AutocastXLA, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+#define TXLA_AUTOCAST(...) KERNEL(c10::DeviceType::XLA, __VA_ARGS__)
+#define TXLA_AUTOCAST_LOWER(...) TXLA_AUTOCAST(__VA_ARGS__, lower_precision_fp)
+#define TXLA_AUTOCAST_FP32(...) TXLA_AUTOCAST(__VA_ARGS__, fp32)
+#define TXLA_AUTOCAST_FP32_OPT_DTYPE(...) TXLA_AUTOCAST(__VA_ARGS__, fp32_set_opt_dtype)
+#define TXLA_AUTOCAST_PROMOTE(...) TXLA_AUTOCAST(__VA_ARGS__, promote)
+#define TXLA_AUTOCAST_REDISPATCH(REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, REDISPATCH_SIGNATURE, POLICY) \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::XLA, REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, \
+                                        REDISPATCH_SIGNATURE, POLICY)
+
+namespace txla_autocast {
+using at::Scalar;
+using at::ScalarType;
+using at::Tensor;
+using c10::IntArrayRef;
+
+TORCH_LIBRARY_IMPL(aten, AutocastXLA, m) {
+  AT_FORALL_LOWER_PRECISION_FP(TXLA_AUTOCAST_LOWER)
+  AT_FORALL_FP32(TXLA_AUTOCAST_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TXLA_AUTOCAST_FP32_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(TXLA_AUTOCAST_REDISPATCH)
+  AT_FORALL_PROMOTE(TXLA_AUTOCAST_PROMOTE)
+}
+}  // namespace txla_autocast

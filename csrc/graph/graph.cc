@@ -124,6 +124,12 @@ void SetConfigResolver(std::function<RuntimeConfig()> resolver) {
 bool ClientStarted() { return g_client != nullptr; }
 
 runtime::Client& GetClient() {
+  if (runtime::InForkedChild()) {
+    throw std::runtime_error(
+        "the XLA runtime was started in the parent process before os.fork(): a forked child cannot use it. "
+        "Start worker processes with xmp.spawn (start_method='spawn'), torch.multiprocessing's 'spawn' start "
+        "method, or fork before the first XLA operation");
+  }
   if (g_client) return *g_client;
   std::lock_guard<std::mutex> g(g_client_mu);
   if (!g_client) {
@@ -134,6 +140,7 @@ runtime::Client& GetClient() {
     o.platform_hint = g_config.device_type;
     o.cpu_device_count = g_config.cpu_device_count;
     g_client = runtime::Client::Create(o);
+    runtime::WatchForFork();
   }
   return *g_client;
 }
@@ -296,10 +303,12 @@ namespace {
 struct PendingCheck {
   Value pred;
   std::string message;
+  bool runtime_error = false;
 };
 struct RanCheck {
   ir::DeviceDataPtr result;
   std::string message;
+  bool runtime_error = false;
 };
 std::mutex g_check_mu;
 std::map<int, std::vector<PendingCheck>>& PendingChecks() {
@@ -312,10 +321,24 @@ std::vector<RanCheck>& RanChecks() {
 }
 }  // namespace
 
-void AddCheck(Value all_ok, std::string message, int device) {
+void AddCheck(Value all_ok, std::string message, int device, bool runtime_error) {
+  std::string where = CurrentUserScope();
+  if (!where.empty()) message += " (raised by the op at " + where + ")";
   std::lock_guard<std::mutex> g(g_check_mu);
   auto& v = PendingChecks()[device];
-  if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message)});
+  if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message), runtime_error});
+}
+
+size_t PendingCheckCount(int device) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto it = PendingChecks().find(device);
+  return it == PendingChecks().end() ? 0 : it->second.size();
+}
+
+void DropPendingChecks(int device, size_t keep) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto it = PendingChecks().find(device);
+  if (it != PendingChecks().end() && it->second.size() > keep) it->second.resize(keep);
 }
 
 void RaiseFailedChecks() {
@@ -327,6 +350,7 @@ void RaiseFailedChecks() {
   for (auto& c : ran) {
     uint8_t ok = 1;
     c.result->buffer.ToHost(&ok, 1);
+    if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
 }
@@ -553,7 +577,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   spec.locations = HloDebug();
   std::string text = lowering::EmitStableHlo(spec);
   if (DebugLevel() > 0 && !opts.eager) {
-    std::fprintf(stderr, "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
+    std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
                  spec.name.c_str(), po.nodes.size(), po.params.size(), roots.size(), key.ToString().c_str(),
                  CompileReason(spec.name, po.nodes).c_str());
   }
@@ -603,7 +627,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
 }
 
 // Runs one device's pending tensors (and pending checks) as one graph.
-void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
   std::vector<PendingCheck> checks;
   {
     std::lock_guard<std::mutex> g(g_check_mu);
@@ -629,13 +653,7 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   Hash128 key = GraphHash(po, roots, device);
   std::shared_ptr<Computation> comp;
-  try {
-    comp = LookupOrCompile(key, po, roots, device, opts);
-  } catch (const std::exception& e) {
-    // These tensors cannot be computed: mark them, so later syncs of other work still run.
-    for (auto& t : tensors) t->SetError(e.what());
-    throw;
-  }
+  comp = LookupOrCompile(key, po, roots, device, opts);
   if (opts.executed) opts.executed->push_back(key);
 
   std::vector<PJRT_Buffer*> args;
@@ -649,8 +667,24 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   }
   std::vector<runtime::Buffer> outs;
   {
-    metrics::Timer timer(opts.eager ? "EagerOpExecuteTime" : "ExecuteTime");
+    // ExecuteTime spans launch to the moment the results are ready (execution is asynchronous: the
+    // launch alone returns long before), recorded from PJRT's ready callback of the first output.
+    const char* name = opts.eager ? "EagerOpExecuteTime" : "ExecuteTime";
+    int64_t start = metrics::NowNs();
     outs = GetClient().Execute(comp->exe, args, device);
+    if (!outs.empty()) {
+      metrics::BeginPendingSample();
+      bool registered = false;
+      try {
+        registered = outs[0].OnReady([name, start] {
+          metrics::EndPendingSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+        });
+      } catch (...) {
+      }
+      if (!registered) metrics::EndPendingSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+    } else {
+      metrics::AddSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+    }
   }
   g_any_computation = true;
   if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");
@@ -666,8 +700,32 @@ void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& 
   if (!checks.empty()) {
     std::lock_guard<std::mutex> g(g_check_mu);
     for (size_t k = 0; k < checks.size(); ++k) {
-      RanChecks().push_back({datas[n_tensor_roots + k], checks[k].message});
+      RanChecks().push_back({datas[n_tensor_roots + k], checks[k].message, checks[k].runtime_error});
     }
+  }
+}
+
+// A graph that fails to compile or run must not take the values of the other tensors with it: on a
+// failure, each tensor is computed alone (a tensor whose value is already device data needs no more
+// than an identity graph); only those that fail alone lose their value, with the error as reason.
+void SyncDevice(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+  try {
+    SyncDeviceOnce(tensors, device, opts);
+  } catch (const std::exception& e) {
+    if (tensors.size() <= 1) {
+      for (auto& t : tensors) t->SetError(e.what());
+      throw;
+    }
+    for (auto& t : tensors) {
+      if (!t->HasPending()) continue;
+      try {
+        std::vector<TensorPtr> one{t};
+        SyncDeviceOnce(one, device, opts);
+      } catch (const std::exception& e2) {
+        t->SetError(e2.what());
+      }
+    }
+    throw;
   }
 }
 

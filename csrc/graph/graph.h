@@ -81,7 +81,18 @@ class IndexCheckError : public std::out_of_range {
  public:
   using std::out_of_range::out_of_range;
 };
-void AddCheck(ir::Value all_ok, std::string message, int device);
+// A failed check that eager reports as RuntimeError (gather/scatter bounds, integer division by zero).
+class CheckError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// The message gains the Python source line of the op that added the check. A false value raises
+// IndexCheckError, or CheckError when runtime_error is set.
+void AddCheck(ir::Value all_ok, std::string message, int device, bool runtime_error = false);
+// Checks pending for `device`; DropPendingChecks keeps the first `keep` (an op whose results turned out
+// empty drops the checks it added).
+size_t PendingCheckCount(int device);
+void DropPendingChecks(int device, size_t keep);
 // Raises for any executed check that failed (awaits their results).
 void RaiseFailedChecks();
 

@@ -1,6 +1,7 @@
 #include "ir/ir.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
 
@@ -84,6 +85,9 @@ std::string Node::ToString() const {
   for (size_t i = 0; i < shapes.size(); ++i) os << (i ? ", " : "") << shapes[i].ToString();
   for (const auto& v : attrs.ints) os << " " << DimsToString(v);
   if (op == Op::kConstant) os << " value=" << attrs.f;
+  if ((op == Op::kDotGeneral || op == Op::kConvolution) && attrs.n > 0) {
+    os << " precision=" << (attrs.n == 1 ? "HIGH" : "HIGHEST");
+  }
   if (!scope.empty()) os << "  # " << scope;
   return os.str();
 }
@@ -390,6 +394,7 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
   Attrs at;
   at.ints = {lb, rb, lc, rc};
+  at.n = MatMulPrecision();
   return Make(Op::kDotGeneral, {a, b}, Shape(out, dims), at);
 }
 
@@ -507,7 +512,32 @@ Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>
   Attrs a;
   a.ints = {strides, padding, lhs_dilation, rhs_dilation, {feature_groups, batch_groups}};
   a.s = dims;
+  a.n = MatMulPrecision();
   return Make(Op::kConvolution, {lhs, rhs}, Shape(lhs.dtype(), out), a);
+}
+
+namespace {
+std::atomic<int> g_mat_mul_precision{0};
+}  // namespace
+
+void SetMatMulPrecision(int precision) {
+  if (precision < 0 || precision > 2) {
+    throw std::invalid_argument("mat mul precision must be 0 (default), 1 (high) or 2 (highest), got " +
+                                std::to_string(precision));
+  }
+  g_mat_mul_precision.store(precision);
+}
+
+int MatMulPrecision() { return g_mat_mul_precision.load(); }
+
+std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs) {
+  if (xs.empty()) return {};
+  std::vector<Shape> shapes;
+  for (const auto& x : xs) shapes.push_back(x.shape());
+  NodePtr node = MakeMulti(Op::kOptimizationBarrier, xs, std::move(shapes));
+  std::vector<Value> out;
+  for (size_t i = 0; i < xs.size(); ++i) out.emplace_back(node, static_cast<int>(i));
+  return out;
 }
 
 std::pair<Value, Value> ArgMaxWindow(const Value& x, const std::vector<int64_t>& window,

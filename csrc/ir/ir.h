@@ -185,6 +185,16 @@ Value SelectAndScatter(const Value& operand, const Value& source, const Value& i
                        const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
                        const std::vector<int64_t>& padding_lo_hi);
 
+// OptimizationBarrier over several values: returns the same values, which XLA may not move
+// computations across.
+std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs);
+
+// Precision of dot_general and convolution nodes built from now on (PyTorch/XLA's
+// set_mat_mul_precision): 0 = DEFAULT, 1 = HIGH, 2 = HIGHEST. Recorded in each node's attributes,
+// so it is part of the node hash (the graph cache key) and of the StableHLO text.
+void SetMatMulPrecision(int precision);  // throws std::invalid_argument outside 0..2
+int MatMulPrecision();
+
 // Helpers for ops code.
 std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank);
 int64_t NormalizeDim(int64_t dim, int rank);

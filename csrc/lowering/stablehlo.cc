@@ -118,6 +118,13 @@ class Emitter {
     body_ << "\n";
   }
 
+  // ", precision_config = [...]" for a non-default mat mul precision (attrs.n of dot/conv nodes).
+  static std::string PrecisionConfig(int64_t precision) {
+    if (precision <= 0) return "";
+    const char* p = precision == 1 ? "HIGH" : "HIGHEST";
+    return std::string(", precision_config = [#stablehlo<precision ") + p + ">, #stablehlo<precision " + p + ">]";
+  }
+
   // "file.py:12" -> loc("file.py":12:0)
   static std::string Location(const std::string& scope) {
     auto colon = scope.rfind(':');
@@ -322,7 +329,8 @@ class Emitter {
         Line(n, "stablehlo.dot_general",
              "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + List(A.ints[0]) +
                  ", rhs_batching_dimensions = " + List(A.ints[1]) + ", lhs_contracting_dimensions = " +
-                 List(A.ints[2]) + ", rhs_contracting_dimensions = " + List(A.ints[3]) + ">");
+                 List(A.ints[2]) + ", rhs_contracting_dimensions = " + List(A.ints[3]) + ">" +
+                 PrecisionConfig(A.n));
         return;
       case Op::kConvolution: {
         int nsp = static_cast<int>(A.ints[0].size());
@@ -336,7 +344,7 @@ class Emitter {
              "batch_group_count = " + std::to_string(A.ints[4][1]) + " : i64, dimension_numbers = #stablehlo.conv<" +
                  dn + ">, feature_group_count = " + std::to_string(A.ints[4][0]) + " : i64, lhs_dilation = " +
                  I64Array(A.ints[2]) + ", padding = " + PaddingAttr(A.ints[1]) + ", rhs_dilation = " +
-                 I64Array(A.ints[3]) + ", window_strides = " + I64Array(A.ints[0]));
+                 I64Array(A.ints[3]) + ", window_strides = " + I64Array(A.ints[0]) + PrecisionConfig(A.n));
         return;
       }
       case Op::kGather:

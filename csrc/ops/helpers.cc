@@ -228,6 +228,11 @@ Value Cast(const Value& x, DType t) {
     // C-style truncation toward zero, as eager.
     return ir::Convert(x, t);
   }
+  if (x.dtype() == DType::kPred && ir::IsFloating(t)) {
+    // XLA's algebraic simplifier rewrites multiply(a, convert(pred)) into select(pred, a, 0), which
+    // turns NaN * False and inf * False into 0 (eager: NaN). A select keeps IEEE semantics.
+    return ir::Select(x, ir::Full(1, ir::Shape(t, x.dims())), ir::Full(0, ir::Shape(t, x.dims())));
+  }
   return ir::Convert(x, t);
 }
 
@@ -287,7 +292,10 @@ Value PermuteDims(const Value& x, const std::vector<int64_t>& perm) {
 
 Value Softmax(const Value& x, int64_t dim, bool log) {
   dim = ir::NormalizeDim(dim, x.rank());
-  if (x.rank() == 0) return log ? ir::Full(0, x.shape()) : ir::Full(1, x.shape());
+  if (x.rank() == 0) {  // exp(x - x) / exp(x - x): NaN for NaN and +-inf, as eager
+    Value d = Bin(Op::kSub, x, x);
+    return log ? d : ir::Unary(Op::kExp, d);
+  }
   if (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) {  // eager computes these in float32
     return Cast(Softmax(Cast(x, DType::kF32), dim, log), x.dtype());
   }
@@ -332,8 +340,16 @@ Value RandomNormal(const ir::Shape& s, int device) {
   return Cast(ir::Binary(Op::kMul, r, ir::Unary(Op::kCos, th)), s.dtype);
 }
 
+void CheckNonZeroDivisor(const Value& divisor, int device) {
+  if (divisor.shape().numel() == 0) return;
+  Value nz = ir::Compare(ir::CompareDir::kNE, divisor, ir::Full(0, divisor.shape()));
+  std::vector<int64_t> all(divisor.rank());
+  std::iota(all.begin(), all.end(), 0);
+  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, nz, all), "ZeroDivisionError", device, /*runtime_error=*/true);
+}
+
 void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string& message, int device,
-                     std::optional<int64_t> ignore) {
+                     std::optional<int64_t> ignore, bool runtime_error) {
   if (idx.shape().numel() == 0) return;
   Value i = Cast(idx, DType::kS64);
   const ir::Shape& s = i.shape();
@@ -342,7 +358,7 @@ void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string
   if (ignore) ok = ir::Binary(Op::kOr, ok, ir::Compare(ir::CompareDir::kEQ, i, ir::Full(static_cast<double>(*ignore), s)));
   std::vector<int64_t> all(i.rank());
   std::iota(all.begin(), all.end(), 0);
-  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device);
+  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device, runtime_error);
 }
 
 Value ResampleLast2(const Value& x, const Value& ah, const Value& aw) {

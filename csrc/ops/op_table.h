@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -79,6 +80,14 @@ class OpArgs {
 // Thrown by a row when this call cannot be lowered (e.g. a value-dependent output shape): the
 // bridge runs the op on the CPU fallback instead. Correct, counted as aten::<name>.
 struct NotLowered {};
+// Thrown by a row for eager's IndexError (the bridge raises it as IndexError, not RuntimeError).
+struct IndexError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Thrown by a row for eager's NotImplementedError (a dtype the eager kernel is not built for).
+struct NotImplementedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 using OpFn = std::function<std::vector<Value>(OpArgs&)>;
 struct OpRow {
@@ -118,7 +127,10 @@ Value ResampleLast2(const Value& x, const Value& ah, const Value& aw);
 // Adds an in-graph check that every index is in [lo, hi) (or equals `ignore`); a failure raises
 // IndexError with `message` at the next sync or host read (see graph::AddCheck).
 void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string& message, int device,
-                     std::optional<int64_t> ignore = std::nullopt);
+                     std::optional<int64_t> ignore = std::nullopt, bool runtime_error = false);
+// Integer division and remainder: eager raises RuntimeError("ZeroDivisionError") for a zero divisor
+// (at once for a scalar, at the next sync or host read for a tensor).
+void CheckNonZeroDivisor(const Value& divisor, int device);
 std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel);
 
 }  // namespace txla::ops

@@ -162,9 +162,17 @@ PoolGeom Pool(const Value& x, int nsp, std::vector<int64_t> k, std::vector<int64
     int64_t in = x.dims()[lead + i], span = d[i] * (k[i] - 1) + 1;
     if (p[i] * 2 > k[i]) throw ir::ShapeError("pad should be at most half of effective kernel size");
     int64_t num = in + 2 * p[i] - span;
-    int64_t o = (ceil_mode ? (num + s[i] - 1) / s[i] : num / s[i]) + 1;
+    auto floor_div = [](int64_t n, int64_t q) { return n >= 0 ? n / q : -((-n + q - 1) / q); };
+    int64_t o = (ceil_mode ? floor_div(num + s[i] - 1, s[i]) : floor_div(num, s[i])) + 1;
     if (ceil_mode && (o - 1) * s[i] >= in + p[i]) --o;
-    if (o <= 0) throw ir::ShapeError("Output size is too small");
+    if (o <= 0) {
+      std::string in_s, out_s;
+      for (int j = 0; j < x.rank(); ++j) {
+        if (j < lead - 1) continue;
+        in_s += (in_s.empty() ? "" : "x") + std::to_string(x.dims()[j]);
+      }
+      throw ir::ShapeError("Given input size: (" + in_s + "). Calculated output size: (...). Output size is too small");
+    }
     g.out.push_back(o);
     g.window.push_back(k[i]);
     g.strides.push_back(s[i]);
@@ -208,6 +216,37 @@ Value AdaptiveMatrix(int64_t out, int64_t in, DType t) {
   Value mask = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGE, h, start), ir::Compare(CompareDir::kLT, h, end));
   Value inv = ir::Binary(Op::kDiv, ir::Full(1, ir::Shape(t, {out, in})), ir::Convert(ir::Binary(Op::kSub, end, start), t));
   return ir::Select(mask, inv, ir::Full(0, ir::Shape(t, {out, in})));
+}
+
+// Adaptive average pooling along one dim as a sum of gathered taps: output o averages
+// [floor(o*I/O), ceil((o+1)*I/O)); taps past a window's end are selected out (never 0 * x, which
+// turns an inf in a neighbouring window into NaN).
+Value AdaptiveAvg1d(const Value& x, int64_t dim, int64_t out) {
+  int64_t in = x.dims()[dim];
+  int64_t taps = 0;
+  for (int64_t o = 0; o < out; ++o) taps = std::max(taps, ((o + 1) * in + out - 1) / out - (o * in) / out);
+  ir::Shape is(DType::kS64, {out});
+  auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), is); };
+  Value o = ir::Iota(is, 0);
+  Value start = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, o, C(in)), C(out));
+  Value end = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, C(1)), C(in)), C(out - 1)), C(out));
+  std::vector<int64_t> slice = x.dims(), offset;
+  slice[dim] = 1;
+  for (int q = 0; q < x.rank(); ++q) if (q != dim) offset.push_back(q);
+  std::vector<int64_t> od = x.dims();
+  od[dim] = out;
+  Value sum;
+  for (int64_t k = 0; k < taps; ++k) {
+    Value pos = ir::Binary(Op::kAdd, start, C(k));
+    Value idx = ir::Binary(Op::kMin, pos, C(in - 1));
+    // As index_select: the offset dims keep their places, the gathered dim lands at `dim`.
+    Value g = ir::Gather(x, ir::Reshape(idx, {out, 1}), offset, {dim}, {dim}, 1, slice);
+    Value valid = ir::BroadcastInDim(ir::Compare(CompareDir::kLT, pos, end), od, {dim});
+    Value term = ir::Select(valid, g, ir::Full(0, g.shape()));
+    sum = sum ? ir::Binary(Op::kAdd, sum, term) : term;
+  }
+  Value len = ir::BroadcastInDim(ir::Convert(ir::Binary(Op::kSub, end, start), x.dtype()), od, {dim});
+  return ir::Binary(Op::kDiv, sum, len);
 }
 
 // ---- batch norm
@@ -432,8 +471,14 @@ void AddConvRows(std::vector<OpRow>& rows) {
       Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, Cast(x, ct), ir::Constant(0, ct), win, win, ones, ones, pad);
       return {Cast(ir::Binary(Op::kDiv, sums, ir::Full(static_cast<double>(kh * kw), sums.shape())), x.dtype())};
     }
-    Value ah = AdaptiveMatrix(os[0], x.dims()[r - 2], ct), aw = AdaptiveMatrix(os[1], x.dims()[r - 1], ct);
-    return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
+    if (os[0] == 0 || os[1] == 0 || h == 0 || w == 0) {
+      Value ah = AdaptiveMatrix(os[0], x.dims()[r - 2], ct), aw = AdaptiveMatrix(os[1], x.dims()[r - 1], ct);
+      return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
+    }
+    // Unequal windows: sums over the window of each dim in turn, then the mean over the 2-D window.
+    Value xc = Cast(x, ct);
+    Value y = AdaptiveAvg1d(AdaptiveAvg1d(xc, r - 2, os[0]), r - 1, os[1]);
+    return {Cast(y, x.dtype())};
   }});
   rows.push_back({"_adaptive_avg_pool2d_backward", [](OpArgs& a) -> V {
     Value dy = a.V(0), x = a.V(1);

@@ -46,15 +46,16 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
     const TensorArg& self = a.T(0);
     DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
     if (t == DType::kPred && op == Op::kSub) a.Fail("Subtraction, the `-` operator, with two bool tensors is not supported.");
-    Value x = Cast(self.v, t);
-    Value y = scalar_other ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    DType ct = OpMath(t);  // eager computes bf16/f16 (scalars included) in float32, rounds once
+    Value x = Cast(self.v, ct);
+    Value y = scalar_other ? ScalarV(a.S(1), ct, a.device) : Cast(a.V(1), ct);
     const Scalar& alpha = a.S(2);
     if (!(alpha.AsDouble() == 1.0)) {
-      Value al = ScalarV(alpha, t, a.device);
+      Value al = ScalarV(alpha, ct, a.device);
       if (reverse) x = Bin(Op::kMul, x, al); else y = Bin(Op::kMul, y, al);
     }
     if (t == DType::kPred) return {Bin(op == Op::kAdd ? Op::kOr : Op::kXor, x, y)};
-    return {reverse ? Bin(op, y, x) : Bin(op, x, y)};
+    return {Cast(reverse ? Bin(op, y, x) : Bin(op, x, y), t)};
   };
 }
 
@@ -62,10 +63,11 @@ OpFn BinaryArith(Op op, bool scalar_other) {
   return [=](OpArgs& a) -> V {
     const TensorArg& self = a.T(0);
     DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
-    Value x = Cast(self.v, t);
-    Value y = scalar_other ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    DType ct = OpMath(t);
+    Value x = Cast(self.v, ct);
+    Value y = scalar_other ? ScalarV(a.S(1), ct, a.device) : Cast(a.V(1), ct);
     if (t == DType::kPred && op == Op::kMul) return {Bin(Op::kAnd, x, y)};
-    return {Bin(op, x, y)};
+    return {Cast(Bin(op, x, y), t)};
   };
 }
 
@@ -83,22 +85,46 @@ Value FloorDivInt(const Value& x, const Value& y) {
   return ir::Select(fix, ir::Binary(Op::kSub, q, ir::Full(1, q.shape())), q);
 }
 
+// Eager's div_floor_floating: b == 0 gives a / b; otherwise the quotient of (a - fmod(a, b)) / b,
+// corrected toward floor, rounded to nearest, with a signed zero for zero quotients. Infinite
+// operands follow from fmod (NaN for a = inf, a itself for b = inf), as in eager.
+Value FloorDivFloat(const Value& x, const Value& y) {
+  auto dims = BroadcastShapes(x.dims(), y.dims());
+  Value a = BroadcastTo(x, dims), b = BroadcastTo(y, dims);
+  const ir::Shape& s = a.shape();
+  auto F = [&](double v) { return ir::Full(v, s); };
+  auto lt0 = [&](const Value& v) { return ir::Compare(CompareDir::kLT, v, F(0)); };
+  Value q = ir::Binary(Op::kDiv, a, b);
+  Value mod = ir::Binary(Op::kRem, a, b);
+  Value div = ir::Binary(Op::kDiv, ir::Binary(Op::kSub, a, mod), b);
+  Value fix = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, mod, F(0)),
+                         ir::Compare(CompareDir::kNE, lt0(b), lt0(mod)));
+  div = ir::Select(fix, ir::Binary(Op::kSub, div, F(1)), div);
+  Value fl = ir::Unary(Op::kFloor, div);
+  fl = ir::Select(ir::Compare(CompareDir::kGT, ir::Binary(Op::kSub, div, fl), F(0.5)), ir::Binary(Op::kAdd, fl, F(1)), fl);
+  // div == 0: copysign(0, a / b).
+  Value zero = ir::Select(lt0(q), F(-0.0), ir::Select(ir::Compare(CompareDir::kGT, q, F(0)), F(0), q));
+  Value r = ir::Select(ir::Compare(CompareDir::kEQ, div, F(0)), zero, fl);
+  return ir::Select(ir::Compare(CompareDir::kEQ, b, F(0)), q, r);
+}
+
 V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mode, DType t) {
   if (!mode) {
     DType ft = FloatOf(t);
-    return {TrueDiv(Cast(a.V(0), ft), Cast(other_in, ft))};
+    return {Cast(TrueDiv(Cast(a.V(0), OpMath(ft)), Cast(other_in, OpMath(ft))), ft)};
   }
   // Eager rounds the bf16/f16 quotient before trunc, but floors in float32 (div_floor_floating).
   if (OpMath(t) != t && mode && *mode == "floor") return {Cast(DivMode(a, other_in, mode, OpMath(t))[0], t)};
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
+    CheckNonZeroDivisor(y, a.device);
     if (*mode == "trunc") return {Bin(Op::kDiv, x, y)};
     return {FloorDivInt(x, y)};
   }
   Value q = Bin(Op::kDiv, x, y);
   if (*mode == "trunc") return {ir::Select(ir::Compare(CompareDir::kLT, q, ir::Full(0, q.shape())),
                                            ir::Unary(Op::kCeil, q), ir::Unary(Op::kFloor, q))};
-  if (*mode == "floor") return {ir::Unary(Op::kFloor, q)};
+  if (*mode == "floor") return {FloorDivFloat(x, y)};
   a.Fail("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '" + *mode + "'");
 }
 
@@ -176,8 +202,8 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     return DivMode(a, a.V(1), std::nullopt, ResultType({&a.T(0), &a.T(1)}));
   }});
   rows.push_back({"div.Scalar", [](OpArgs& a) -> V {
-    DType t = FloatOf(ResultType({&a.T(0)}, {&a.S(1)}));
-    return {Bin(Op::kDiv, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
+    DType t = FloatOf(ResultType({&a.T(0)}, {&a.S(1)})), ct = OpMath(t);
+    return {Cast(Bin(Op::kDiv, Cast(a.V(0), ct), ScalarV(a.S(1), ct, a.device)), t)};
   }});
   rows.push_back({"div.Tensor_mode", [](OpArgs& a) -> V {
     std::optional<std::string> mode;
@@ -189,11 +215,27 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     DType t = ResultType({&a.T(0)}, {&e});
     Value x = Cast(a.V(0), t);
     double ev = e.AsDouble();
-    if (ev == 2.0) return {ir::Binary(Op::kMul, x, x)};
     if (ev == 1.0) return {x};
-    if (ev == 0.5 && !ir::IsIntegral(t, true)) return {ir::Unary(Op::kSqrt, x)};
-    if (ev == -1.0 && !ir::IsIntegral(t, true)) return {ir::Binary(Op::kDiv, ir::Full(1, x.shape()), x)};
-    return {Bin(Op::kPow, x, ScalarV(e, t, a.device))};
+    if (ir::IsIntegral(t, true)) {
+      if (ev == 2.0) return {ir::Binary(Op::kMul, x, x)};
+      if (ev < 0 && e.kind != Scalar::kFloat) {
+        a.Fail("Integers to negative integer powers are not allowed.");
+      }
+      return {Bin(Op::kPow, x, ScalarV(e, t, a.device))};
+    }
+    // Eager's CPU kernel special-cases these exponents (sqrt(-0.) = -0., rsqrt(-inf) = NaN, ...).
+    DType ct = OpMath(t);
+    Value xc = Cast(x, ct);
+    auto one = [&] { return ir::Full(1, xc.shape()); };
+    Value r;
+    if (ev == 2.0) r = ir::Binary(Op::kMul, xc, xc);
+    else if (ev == 3.0) r = ir::Binary(Op::kMul, ir::Binary(Op::kMul, xc, xc), xc);
+    else if (ev == 0.5) r = ir::Unary(Op::kSqrt, xc);
+    else if (ev == -0.5) r = ir::Unary(Op::kRsqrt, xc);
+    else if (ev == -1.0) r = ir::Binary(Op::kDiv, one(), xc);
+    else if (ev == -2.0) r = ir::Binary(Op::kDiv, one(), ir::Binary(Op::kMul, xc, xc));
+    else r = Bin(Op::kPow, xc, ScalarV(e, ct, a.device));
+    return {Cast(r, t)};
   }});
   rows.push_back({"pow.Tensor_Tensor", BinaryArith(Op::kPow, false)});
   rows.push_back({"pow.Scalar", [](OpArgs& a) -> V {
@@ -232,7 +274,14 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
       Value x = a.V(0);
       return {Cast(ir::Compare(CompareDir::kNE, x, ir::Full(0, x.shape())), x.dtype())};
     }
-    return {ir::Unary(Op::kSign, a.V(0))};
+    Value x = a.V(0);
+    if (ir::IsFloating(x.dtype())) {
+      const ir::Shape& sh = x.shape();
+      Value z = ir::Full(0, sh);
+      return {ir::Select(ir::Compare(CompareDir::kGT, x, z), ir::Full(1, sh),
+                         ir::Select(ir::Compare(CompareDir::kLT, x, z), ir::Full(-1, sh), z))};
+    }
+    return {ir::Unary(Op::kSign, x)};
   }});
   rows.push_back({"logical_not", [](OpArgs& a) -> V {
     return {ir::Unary(Op::kNot, Cast(a.V(0), DType::kPred))};
@@ -249,7 +298,9 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"gelu", [](OpArgs& a) -> V { return {Gelu(a.V(0), a.IsNone(1) ? "none" : a.Str(1))}; }});
   rows.push_back({"gelu_backward", [](OpArgs& a) -> V {
-    return {GeluBackward(a.V(0), a.V(1), a.IsNone(2) ? "none" : a.Str(2))};
+    // Mixed dtypes (a bf16 grad of an f32 input) promote, as eager's TensorIterator does.
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    return {Cast(GeluBackward(Cast(a.V(0), ct), Cast(a.V(1), ct), a.IsNone(2) ? "none" : a.Str(2)), t)};
   }});
   rows.push_back({"silu", [](OpArgs& a) -> V { return {ir::Binary(Op::kMul, a.V(0), Sigmoid(a.V(0)))}; }});
   rows.push_back({"sigmoid_backward", [](OpArgs& a) -> V {

@@ -49,7 +49,7 @@ Value FullCoordinates(const Value& index, int64_t dim) {
 void CheckDim(const Value& x, int64_t dim, const Value& index, const char* op, int device) {
   int64_t n = x.rank() == 0 ? 1 : x.dims()[dim];
   CheckIndexRange(index, 0, n, std::string(op) + "(): index out of bounds for dimension " + std::to_string(dim) +
-                  " with size " + std::to_string(n), device);
+                  " with size " + std::to_string(n), device, std::nullopt, /*runtime_error=*/true);
 }
 
 Value GatherDim(const Value& x, int64_t dim, const Value& index) {
@@ -330,6 +330,11 @@ Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<do
   return Cast(ir::Binary(Op::kAdd, w0, w1), t);
 }
 
+// Linear resampling along one dim as two gathered taps: out[o] = l0 * x[i0] + l1 * x[i1], where a
+// tap of weight 0 contributes exactly 0 (selected out, never 0 * x: an inf next to an exact sample
+// point must not turn it into NaN). Same indices and weights as LinearMatrix.
+Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale);
+
 // x gathered along `dim` at positions idx [n] (i64).
 Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
   int r = x.rank();
@@ -338,6 +343,36 @@ Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
   sizes[dim] = 1;
   for (int q = 0; q < r; ++q) if (q != dim) offset.push_back(q);
   return ir::Gather(x, ir::Reshape(idx, {n, 1}), offset, {dim}, {dim}, 1, sizes);
+}
+
+Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale) {
+  int64_t in = x.dims()[dim];
+  ir::Shape fs(DType::kF32, {out});
+  Value o = ir::Iota(fs, 0);
+  Value src;
+  if (align_corners) {
+    double s = out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
+    src = ir::Binary(Op::kMul, o, ir::Full(s, fs));
+  } else {
+    double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
+    src = ir::Binary(Op::kSub, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, ir::Full(0.5, fs)), ir::Full(s, fs)),
+                     ir::Full(0.5, fs));
+    src = ir::Binary(Op::kMax, src, ir::Full(0, fs));
+  }
+  ir::Shape is(DType::kS64, {out});
+  Value i0 = ir::Binary(Op::kMin, ir::Convert(ir::Unary(Op::kFloor, src), DType::kS64), ir::Full(static_cast<double>(in - 1), is));
+  Value i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, i0, ir::Full(1, is)), ir::Full(static_cast<double>(in - 1), is));
+  Value l1 = ir::Binary(Op::kSub, src, ir::Convert(i0, DType::kF32));
+  Value l0 = ir::Binary(Op::kSub, ir::Full(1, fs), l1);
+  std::vector<int64_t> od = x.dims();
+  od[dim] = out;
+  auto tap = [&](const Value& idx, const Value& w) {
+    Value g = GatherAlong(x, dim, idx);  // the gathered dim lands at `dim`
+    Value wb = ir::BroadcastInDim(Cast(w, x.dtype()), od, {dim});
+    Value nz = ir::BroadcastInDim(ir::Compare(CompareDir::kNE, w, ir::Full(0, fs)), od, {dim});
+    return ir::Select(nz, ir::Binary(Op::kMul, g, wb), ir::Full(0, g.shape()));
+  };
+  return ir::Binary(Op::kAdd, tap(i0, l0), tap(i1, l1));
 }
 
 // One-hot selection matrix [out, in] for nearest resampling.
@@ -442,6 +477,10 @@ OpFn FmodLike(bool python_remainder, bool scalar) {
     const TensorArg& self = a.T(0);
     DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
     Value x = Cast(self.v, t), y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+    if (ir::IsIntegral(t, true)) {
+      if (scalar && a.S(1).AsDouble() == 0) a.Fail("ZeroDivisionError");
+      if (!scalar) CheckNonZeroDivisor(y, a.device);
+    }
     auto dims = BroadcastShapes(x.dims(), y.dims());
     x = BroadcastTo(x, dims);
     y = BroadcastTo(y, dims);
@@ -577,6 +616,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"index.Tensor", index});
   rows.push_back({"_unsafe_index.Tensor", index});
   auto index_put = [](OpArgs& a) -> V {
+    auto MaskDims = [](const std::vector<int64_t>& d) { return ir::DimsToString(d); };
     Value x = a.V(0);
     const auto& ix = a.TL(1);
     for (const auto& t : ix) {
@@ -585,6 +625,14 @@ void AddIndexRows(std::vector<OpRow>& rows) {
         if (ix.size() == 1 && a.V(2).shape().numel() == 1) {
           // The mask covers the leading dims: align it there before broadcasting.
           std::vector<int64_t> md = t.v.dims();
+          if (md.size() > x.dims().size()) throw IndexError("too many indices for tensor of dimension " + std::to_string(x.rank()));
+          for (size_t j = 0; j < md.size(); ++j) {
+            if (md[j] != x.dims()[j]) {
+              throw IndexError("The shape of the mask " + MaskDims(t.v.dims()) + " at index " +
+                               std::to_string(j) + " does not match the shape of the indexed tensor " +
+                               MaskDims(x.dims()) + " at index " + std::to_string(j));
+            }
+          }
           while (static_cast<int>(md.size()) < x.rank()) md.push_back(1);
           Value m = BroadcastTo(ir::Reshape(Cast(t.v, DType::kPred), md), x.dims());
           Value v = BroadcastTo(Cast(ir::Reshape(a.V(2), {}), x.dtype()), x.dims());
@@ -618,6 +666,25 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"remainder.Scalar", FmodLike(true, true)});
   rows.push_back({"fmod.Tensor", FmodLike(false, false)});
   rows.push_back({"fmod.Scalar", FmodLike(false, true)});
+  for (auto [name, left, scalar] : {std::tuple{"bitwise_left_shift.Tensor", true, false},
+                                     {"bitwise_left_shift.Tensor_Scalar", true, true},
+                                     {"bitwise_right_shift.Tensor", false, false},
+                                     {"bitwise_right_shift.Tensor_Scalar", false, true},
+                                     {"__lshift__.Tensor", true, false}, {"__lshift__.Scalar", true, true},
+                                     {"__rshift__.Tensor", false, false}, {"__rshift__.Scalar", false, true}}) {
+    rows.push_back({name, [left = left, scalar = scalar](OpArgs& a) -> V {
+      const TensorArg& self = a.T(0);
+      DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
+      if (!ir::IsIntegral(t, false)) throw NotLowered{};  // float shifts: eager's own rules, on the CPU
+      Value x = Cast(self.v, t), y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
+      auto dims = BroadcastShapes(x.dims(), y.dims());
+      x = BroadcastTo(x, dims);
+      y = BroadcastTo(y, dims);
+      // Eager: shifts by >= the bit width give 0 (left, or right of unsigned) or the sign (right).
+      Op op = left ? Op::kShiftLeft : (ir::IsUnsigned(t) ? Op::kShiftRightLogical : Op::kShiftRightArithmetic);
+      return {ir::Binary(op, x, y)};
+    }});
+  }
   rows.push_back({"bitwise_and.Tensor", Bitwise(Op::kAnd, false)});
   rows.push_back({"bitwise_or.Tensor", Bitwise(Op::kOr, false)});
   rows.push_back({"bitwise_xor.Tensor", Bitwise(Op::kXor, false)});
@@ -754,6 +821,27 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     Value y = GatherAlong(x, r - 2, NearestIndex(os[0], x.dims()[r - 2], OptD(a, 2)));
     return {GatherAlong(y, r - 1, NearestIndex(os[1], x.dims()[r - 1], OptD(a, 3)))};
   }});
+  rows.push_back({"upsample_nearest1d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {GatherAlong(x, x.rank() - 1, NearestIndex(a.Ints(1)[0], x.dims()[x.rank() - 1], OptD(a, 2)))};
+  }});
+  rows.push_back({"index_add", [](OpArgs& a) -> V {
+    // out[..., index[i], ...] += alpha * source[..., i, ...]
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    int64_t d = ir::NormalizeDim(a.Int(1), std::max(x.rank(), 1));
+    if (idx.rank() > 1) a.Fail("index_add_(): Index is supposed to be a vector");
+    Value v = Cast(src, x.dtype());
+    if (x.rank() == 0) {
+      CheckIndexRange(idx, 0, 1, "index_add_(): index out of range", a.device);
+      if (a.S(4).AsDouble() != 1.0) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
+      return {Bin(Op::kAdd, x, ir::Reshape(v, {}))};
+    }
+    CheckIndexRange(idx, 0, x.dims()[d], "index_add_(): index out of range", a.device);
+    if (v.rank() == 0) v = ir::Reshape(v, {1});
+    if (a.S(4).AsDouble() != 1.0) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
+    Value ib = ir::BroadcastInDim(Cast(ir::Reshape(idx, {idx.shape().numel()}), DType::kS64), v.dims(), {d});
+    return {ScatterDim(x, d, ib, v, true)};
+  }});
   rows.push_back({"upsample_nearest2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);
     const auto& os = a.Ints(1);
@@ -768,9 +856,13 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     bool ac = a.Bool(2);
     int r = x.rank();
     DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-    Value ah = LinearMatrix(os[0], x.dims()[r - 2], ac, OptD(a, 3), ct);
-    Value aw = LinearMatrix(os[1], x.dims()[r - 1], ac, OptD(a, 4), ct);
-    return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
+    if (x.shape().numel() == 0 || os[0] == 0 || os[1] == 0) {
+      Value ah = LinearMatrix(os[0], x.dims()[r - 2], ac, OptD(a, 3), ct);
+      Value aw = LinearMatrix(os[1], x.dims()[r - 1], ac, OptD(a, 4), ct);
+      return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
+    }
+    Value y = Linear1d(Linear1d(Cast(x, ct), r - 2, os[0], ac, OptD(a, 3)), r - 1, os[1], ac, OptD(a, 4));
+    return {Cast(y, x.dtype())};
   }});
   rows.push_back({"upsample_bilinear2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);

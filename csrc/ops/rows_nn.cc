@@ -39,6 +39,48 @@ Value LayerNormStat(const Value& x, const std::vector<int64_t>& axes) {
 }  // namespace
 
 void AddNnRows(std::vector<OpRow>& rows) {
+  // reduction: 0 none, 1 mean, 2 sum.
+  rows.push_back({"mse_loss", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    Value d = Bin(Op::kSub, Cast(a.V(0), ct), Cast(a.V(1), ct));
+    Value sq = ir::Binary(Op::kMul, d, d);
+    int64_t red = a.IsNone(2) ? 1 : a.Int(2);
+    std::vector<int64_t> all(sq.rank());
+    std::iota(all.begin(), all.end(), 0);
+    if (red == 0) return {Cast(sq, t)};
+    Value s = ir::Reduce(ir::ReduceKind::kSum, sq, all);
+    if (red == 1) s = ir::Binary(Op::kDiv, s, ir::Full(static_cast<double>(sq.shape().numel()), s.shape()));
+    return {Cast(s, t)};
+  }});
+  rows.push_back({"mse_loss_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0), x = a.V(1), y = a.V(2);
+    DType t = x.dtype(), ct = OpMath(t);
+    Value d = Bin(Op::kSub, Cast(x, ct), Cast(y, ct));
+    auto dims = BroadcastShapes(x.dims(), y.dims());
+    double k = 2.0;
+    if (a.Int(3) == 1) k /= static_cast<double>(std::max<int64_t>(ir::Shape(ct, dims).numel(), 1));
+    Value r = Bin(Op::kMul, Bin(Op::kMul, d, ir::Full(k, ir::Shape(ct, {}))), Cast(g, ct));
+    return {Cast(BroadcastTo(r, dims), t)};
+  }});
+  rows.push_back({"softplus", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    DType t = x.dtype(), ct = OpMath(t);
+    Value xc = Cast(x, ct);
+    Value beta = ScalarV(a.S(1), ct, a.device), th = ScalarV(a.S(2), ct, a.device);
+    Value xb = Bin(Op::kMul, xc, beta);
+    Value soft = Bin(Op::kDiv, ir::Unary(Op::kLog1p, ir::Unary(Op::kExp, xb)), beta);
+    return {Cast(ir::Select(Cmp(CompareDir::kGT, xb, th), xc, soft), t)};
+  }});
+  rows.push_back({"softplus_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0), x = a.V(1);
+    DType t = x.dtype(), ct = OpMath(t);
+    Value xc = Cast(x, ct), gc = Cast(g, ct);
+    Value beta = ScalarV(a.S(2), ct, a.device), th = ScalarV(a.S(3), ct, a.device);
+    Value xb = Bin(Op::kMul, xc, beta);
+    Value z = ir::Unary(Op::kExp, xb);
+    Value soft = Bin(Op::kDiv, Bin(Op::kMul, gc, z), Bin(Op::kAdd, z, ir::Full(1, ir::Shape(ct, {}))));
+    return {Cast(ir::Select(Cmp(CompareDir::kGT, xb, th), gc, soft), t)};
+  }});
   rows.push_back({"_softmax", [](OpArgs& a) -> V {
     Value x = a.V(0);
     if (a.Bool(2)) x = Cast(x, DType::kF32);

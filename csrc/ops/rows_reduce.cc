@@ -1,6 +1,8 @@
 // Op table rows: reductions and matrix products.
 #include <numeric>
 
+#include <limits>
+
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -30,7 +32,7 @@ std::vector<int64_t> DimsOrAll(const OpArgs& a, size_t k, const Value& x) {
 Value MinMax(ir::ReduceKind kind, const Value& x, const std::vector<int64_t>& dims, bool keepdim) {
   for (int64_t d : dims) {
     if (x.rank() > 0 && x.dims()[d] == 0) {
-      throw ir::ShapeError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+      throw IndexError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
     }
   }
   Value r = ir::Reduce(kind, x, dims);
@@ -41,7 +43,7 @@ V ArgMinMax(const OpArgs& a, ir::ArgKind kind) {
   Value x = a.V(0);
   auto dim = a.OptInt(1);
   bool keepdim = a.Bool(2);
-  if (x.shape().numel() == 0) a.Fail("Expected reduction dim to be specified for input.numel() == 0.");
+  if (x.shape().numel() == 0) throw IndexError("Expected reduction dim to be specified for input.numel() == 0.");
   if (!dim) {
     Value flat = ir::Reshape(x, {x.shape().numel()});
     Value idx = ir::ArgReduce(kind, flat, 0).second;
@@ -59,7 +61,7 @@ V MinMaxDim(const OpArgs& a, ir::ArgKind kind) {
   bool keepdim = a.Bool(2);
   if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
   int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
-  if (x.dims()[d] == 0) a.Fail("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+  if (x.dims()[d] == 0) throw IndexError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
   auto [vals, idx] = ir::ArgReduce(kind, x, d);
   if (keepdim) return {KeepDims(vals, x.dims(), {d}), KeepDims(idx, x.dims(), {d})};
   return {vals, idx};
@@ -133,13 +135,21 @@ void AddReductionRows(std::vector<OpRow>& rows) {
   rows.push_back({"mm", [](OpArgs& a) -> V {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 2 || y.rank() != 2) a.Fail("self must be a matrix");
-    if (x.dtype() != y.dtype()) a.Fail("expected m1 and m2 to have the same dtype");
+    if (x.dtype() != y.dtype()) {
+      // Eager checks dtypes only when the product has elements (an empty result is returned as is).
+      if (x.dims()[0] * y.dims()[1] == 0) return {ir::Full(0, ir::Shape(x.dtype(), {x.dims()[0], y.dims()[1]}))};
+      a.Fail("expected m1 and m2 to have the same dtype");
+    }
     return {Matmul2d(x, y)};
   }});
   rows.push_back({"bmm", [](OpArgs& a) -> V {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
-    if (x.dtype() != y.dtype()) a.Fail("expected scalar type of both operands to match");
+    if (x.dtype() != y.dtype()) {
+      std::vector<int64_t> od{x.dims()[0], x.dims()[1], y.dims()[2]};
+      if (od[0] * od[1] * od[2] == 0) return {ir::Full(0, ir::Shape(x.dtype(), od))};
+      a.Fail("expected scalar type of both operands to match");
+    }
     return {BatchedMatmul(x, y)};
   }});
   rows.push_back({"addmm", [](OpArgs& a) -> V {
@@ -151,6 +161,50 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value s = Cast(self, t);
     if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
     return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"baddbmm", [](OpArgs& a) -> V {
+    Value x = a.V(1), y = a.V(2);
+    if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
+    Value m = BatchedMatmul(x, y);
+    DType t = m.dtype();
+    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
+    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
+    if (beta == 0.0) return {m};
+    Value s = Cast(a.V(0), t);
+    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"addmv", [](OpArgs& a) -> V {
+    Value mat = a.V(1), vec = a.V(2);
+    if (mat.rank() != 2 || vec.rank() != 1) a.Fail("vector + matrix @ vector expected");
+    Value m = ir::DotGeneral(mat, vec, {}, {}, {1}, {0}, mat.dtype());
+    DType t = m.dtype();
+    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
+    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
+    if (beta == 0.0) return {m};
+    Value s = Cast(a.V(0), t);
+    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
+    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+  }});
+  rows.push_back({"logsumexp", [](OpArgs& a) -> V {
+    // Eager: m = amax (0 where infinite); log(sum(exp(x - m))) + m.
+    Value x = a.V(0);
+    DType t = FloatOf(x.dtype()), ct = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
+    Value xc = Cast(x, ct);
+    if (xc.rank() == 0) return {Cast(xc, t)};
+    std::vector<int64_t> dims = DimsOrAll(a, 1, xc);
+    bool keepdim = a.Bool(2);
+    if (xc.shape().numel() == 0) {
+      Value s = SumDims(ir::Unary(Op::kExp, xc), dims, keepdim, ct);
+      return {Cast(ir::Unary(Op::kLog, s), t)};
+    }
+    Value m = KeepDims(ir::Reduce(ir::ReduceKind::kMax, xc, dims), xc.dims(), dims);
+    Value inf = ir::Compare(ir::CompareDir::kEQ, ir::Unary(Op::kAbs, m), ir::Full(std::numeric_limits<double>::infinity(), m.shape()));
+    m = ir::Select(inf, ir::Full(0, m.shape()), m);
+    Value s = SumDims(ir::Unary(Op::kExp, Bin(Op::kSub, xc, m)), dims, true, ct);
+    Value r = ir::Binary(Op::kAdd, ir::Unary(Op::kLog, s), m);
+    if (!keepdim) r = ir::Reshape(r, ir::Reduce(ir::ReduceKind::kSum, xc, dims).dims());
+    return {Cast(r, t)};
   }});
   rows.push_back({"dot", [](OpArgs& a) -> V {
     return {ir::DotGeneral(a.V(0), a.V(1), {}, {}, {0}, {0}, a.V(0).dtype())};

@@ -34,6 +34,11 @@
 
 #include "runtime/runtime.h"
 
+#include <pthread.h>
+
+#include <atomic>
+#include <mutex>
+
 #include <dlfcn.h>
 #include <sys/stat.h>
 
@@ -87,7 +92,7 @@ class Event {
  public:
   Event(const PJRT_Api* api, PJRT_Event* ev) : api_(api), ev_(ev) {}
   ~Event() {
-    if (ev_ == nullptr) return;
+    if (ev_ == nullptr || InForkedChild()) return;  // see InForkedChild
     auto a = MakeArgs<PJRT_Event_Destroy_Args>(PJRT_Event_Destroy_Args_STRUCT_SIZE);
     a.event = ev_;
     try {
@@ -121,7 +126,7 @@ class ExecutableRef {
     exe_ = a.executable;
   }
   ~ExecutableRef() {
-    if (exe_ == nullptr) return;
+    if (exe_ == nullptr || InForkedChild()) return;  // see InForkedChild
     auto a = MakeArgs<PJRT_Executable_Destroy_Args>(PJRT_Executable_Destroy_Args_STRUCT_SIZE);
     a.executable = exe_;
     try {
@@ -299,12 +304,25 @@ const char* ElementTypeName(ElementType t) {
   return "unknown";
 }
 
+// ------------------------------- fork -----------------------------------------
+namespace {
+std::atomic<bool> g_forked_child{false};
+void MarkForkedChild() { g_forked_child.store(true); }
+}  // namespace
+
+bool InForkedChild() { return g_forked_child.load(std::memory_order_relaxed); }
+
+void WatchForFork() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &MarkForkedChild); });
+}
+
 // ------------------------------- Buffer -------------------------------------
 
 Buffer::Buffer(const PJRT_Api* api, PJRT_Buffer* buf) : api_(api), buf_(buf) {}
 
 Buffer::~Buffer() {
-  if (buf_ == nullptr) return;
+  if (buf_ == nullptr || InForkedChild()) return;  // see InForkedChild
   auto a = MakeArgs<PJRT_Buffer_Destroy_Args>(PJRT_Buffer_Destroy_Args_STRUCT_SIZE);
   a.buffer = buf_;
   try {
@@ -331,6 +349,53 @@ void Buffer::Await() const {
   Check(api_, PJRT_FN(api_, PJRT_Buffer_ReadyEvent)(&a), "Buffer_ReadyEvent");
   Event ev(api_, a.event);
   ev.Await("buffer not ready (computation failed)");
+}
+
+namespace {
+struct ReadyCallback {
+  const PJRT_Api* api;
+  PJRT_Event* event;
+  std::function<void()> done;
+};
+
+void OnReadyTrampoline(PJRT_Error* error, void* user_arg) {
+  auto* cb = static_cast<ReadyCallback*>(user_arg);
+  Discard(cb->api, error);
+  try {
+    cb->done();
+  } catch (...) {
+  }
+  {
+    Event ev(cb->api, cb->event);  // destroyed once its callback has run
+  }
+  delete cb;
+}
+}  // namespace
+
+bool Buffer::OnReady(std::function<void()> done) const {
+  if (buf_ == nullptr) return false;
+  PJRT_Event_OnReady* on_ready = nullptr;
+  try {
+    on_ready = PJRT_FN(api_, PJRT_Event_OnReady);
+  } catch (const PjrtError&) {
+    return false;  // an older plugin: no timing
+  }
+  auto a = MakeArgs<PJRT_Buffer_ReadyEvent_Args>(PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_ReadyEvent)(&a), "Buffer_ReadyEvent");
+  auto* cb = new ReadyCallback{api_, a.event, std::move(done)};
+  auto o = MakeArgs<PJRT_Event_OnReady_Args>(PJRT_Event_OnReady_Args_STRUCT_SIZE);
+  o.event = a.event;
+  o.callback = &OnReadyTrampoline;
+  o.user_arg = cb;
+  PJRT_Error* err = on_ready(&o);
+  if (err != nullptr) {
+    Discard(api_, err);
+    Event ev(api_, a.event);
+    delete cb;
+    return false;
+  }
+  return true;
 }
 
 void Buffer::ToHost(void* dst, size_t nbytes) const {
@@ -395,7 +460,7 @@ int Buffer::DeviceId() const {
 Executable::Executable(const PJRT_Api* api, PJRT_LoadedExecutable* exe) : api_(api), exe_(exe) {}
 
 Executable::~Executable() {
-  if (exe_ == nullptr) return;
+  if (exe_ == nullptr || InForkedChild()) return;  // see InForkedChild
   auto a = MakeArgs<PJRT_LoadedExecutable_Destroy_Args>(PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE);
   a.executable = exe_;
   try {
@@ -553,7 +618,7 @@ std::unique_ptr<Client> Client::Create(const ClientOptions& opts) {
 }
 
 Client::~Client() {
-  if (client_ == nullptr) return;
+  if (client_ == nullptr || InForkedChild()) return;  // see InForkedChild
   auto a = MakeArgs<PJRT_Client_Destroy_Args>(PJRT_Client_Destroy_Args_STRUCT_SIZE);
   a.client = client_;
   try {

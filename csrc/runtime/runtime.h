@@ -2,6 +2,8 @@
 // No torch headers here or in anything this includes.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -17,6 +19,12 @@ struct PJRT_Error;
 struct PJRT_Event;
 
 namespace txla::runtime {
+
+// A process forked after the client started inherits the plugin's state without its threads: no
+// PJRT call can work there. WatchForFork (called when a client starts) marks such children; in them
+// every handle is leaked instead of destroyed, and the graph layer raises at the first use.
+void WatchForFork();
+bool InForkedChild();
 
 // Every PJRT error becomes one of these, carrying the plugin's message.
 // Default visibility + an out-of-line destructor (the key function) so that one
@@ -60,6 +68,10 @@ class Buffer {
   explicit operator bool() const { return buf_ != nullptr; }
   // Blocks until the buffer's data is ready (errors surface as PjrtError).
   void Await() const;
+  // Calls done() on a PJRT thread once the buffer is ready (or its computation failed); never
+  // blocks. Used to time executions without waiting for them.
+  // Returns false (done() never called) where the plugin cannot report readiness.
+  bool OnReady(std::function<void()> done) const;
   // Copies the whole buffer (dense, row-major) into dst, which has nbytes bytes. Blocks.
   void ToHost(void* dst, size_t nbytes) const;
   std::vector<int64_t> Dims() const;

@@ -1,10 +1,14 @@
 #include "util/metrics.h"
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -138,6 +142,23 @@ void AddSample(const std::string& name, double value, Unit unit) {
   }
 }
 
+namespace {
+std::atomic<int64_t> g_pending_samples{0};
+void AwaitPendingSamples() {
+  // Bounded: a sample that never arrives (a plugin that drops callbacks) must not hang a report.
+  for (int i = 0; i < 600000 && g_pending_samples.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+}  // namespace
+
+void BeginPendingSample() { g_pending_samples.fetch_add(1); }
+
+void EndPendingSample(const std::string& name, double value, Unit unit) {
+  AddSample(name, value, unit);
+  g_pending_samples.fetch_sub(1);
+}
+
 std::vector<std::string> CounterNames() {
   auto& r = Reg();
   std::lock_guard<std::mutex> g(r.mu);
@@ -158,6 +179,7 @@ bool CounterValue(const std::string& name, int64_t* value) {
 }
 
 std::vector<std::string> MetricNames() {
+  AwaitPendingSamples();
   auto& r = Reg();
   std::lock_guard<std::mutex> g(r.mu);
   std::vector<std::string> out;
@@ -167,6 +189,7 @@ std::vector<std::string> MetricNames() {
 
 bool MetricData(const std::string& name, int64_t* total, double* accumulator,
                 std::vector<std::pair<double, double>>* samples) {
+  AwaitPendingSamples();
   auto& r = Reg();
   std::lock_guard<std::mutex> g(r.mu);
   auto it = r.metrics.find(name);
@@ -179,6 +202,7 @@ bool MetricData(const std::string& name, int64_t* total, double* accumulator,
 
 std::string MetricsReport(const std::vector<std::string>& counter_names, bool all_counters,
                           const std::vector<std::string>& metric_names, bool all_metrics) {
+  AwaitPendingSamples();
   auto& r = Reg();
   std::lock_guard<std::mutex> g(r.mu);
   std::string out;
@@ -212,5 +236,20 @@ void ClearMetrics() {
 
 Timer::Timer(const char* name) : name_(name), start_ns_(NowNs()) {}
 Timer::~Timer() { AddSample(name_, static_cast<double>(NowNs() - start_ns_), Unit::kTime); }
+
+std::FILE* DebugStream() {
+  static std::FILE* stream = [] {
+    const char* path = std::getenv("PT_XLA_DEBUG_FILE");
+    if (path == nullptr || *path == '\0') return stderr;
+    std::FILE* f = std::fopen(path, "a");
+    if (f == nullptr) {
+      std::fprintf(stderr, "[torch_xla] PT_XLA_DEBUG_FILE=%s cannot be opened; debug output goes to stderr\n", path);
+      return stderr;
+    }
+    std::setvbuf(f, nullptr, _IOLBF, 1 << 16);
+    return f;
+  }();
+  return stream;
+}
 
 }  // namespace txla::metrics

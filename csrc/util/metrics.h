@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,11 @@ std::atomic<int64_t>* CounterSlot(const std::string& name);
 // Records one sample of a metric. Time metrics are in nanoseconds; byte metrics in bytes.
 enum class Unit { kTime, kBytes, kCount };
 void AddSample(const std::string& name, double value, Unit unit);
+
+// A sample recorded later, from another thread (the end of an asynchronous execution): readers of
+// metrics (MetricNames, MetricData, MetricsReport) wait until every pending sample has arrived.
+void BeginPendingSample();
+void EndPendingSample(const std::string& name, double value, Unit unit);
 
 std::vector<std::string> CounterNames();
 bool CounterValue(const std::string& name, int64_t* value);
@@ -37,5 +43,9 @@ class Timer {
   int64_t start_ns_;
 };
 int64_t NowNs();
+
+// Where PT_XLA_DEBUG output goes: the file named by PT_XLA_DEBUG_FILE (opened once, appended to,
+// line-buffered), else stderr.
+std::FILE* DebugStream();
 
 }  // namespace txla::metrics

@@ -187,4 +187,59 @@ def cpu_device_count() -> int:
         raise ValueError(f"CPU_NUM_DEVICES={value!r} is not an integer") from None
     if count < 1:
         raise ValueError(f"CPU_NUM_DEVICES={value!r} must be a positive integer")
+    if count > MAX_CPU_DEVICES:
+        raise ValueError(
+            f"CPU_NUM_DEVICES={count} is above the limit of {MAX_CPU_DEVICES}: the CPU plugin builds "
+            "per-device runtime state when the client starts, and tens of thousands of devices make that "
+            "start take practically forever (it looks like a hang). Use at most "
+            f"{MAX_CPU_DEVICES} CPU devices.")
     return count
+
+
+# More CPU devices than this are refused (see cpu_device_count).
+MAX_CPU_DEVICES = 1024
+
+
+def default_xla_flags() -> None:
+    """XLA flags we need for eager's results, added to XLA_FLAGS unless the user set them.
+
+    --xla_allow_excess_precision=false: eager rounds every bf16/f16 op's result to its dtype; by
+    default XLA may keep intermediates in float32 (it removes f32->bf16->f32 round trips), which
+    gives values no bf16 computation can produce. Set the flag yourself to choose otherwise.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_allow_excess_precision" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_allow_excess_precision=false").strip()
+
+
+def validate_xla_flags(plugin_path: str) -> None:
+    """Raises ValueError naming any flag in XLA_FLAGS that the plugin does not know.
+
+    XLA parses XLA_FLAGS when the client starts and aborts the whole process on an unknown flag.
+    Every flag XLA defines is compiled into the plugin as its name, so a name that does not occur
+    in the plugin's file cannot be a flag of that plugin: we refuse it before the client starts.
+    """
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    names = []
+    for token in flags:
+        if not token.startswith("-"):
+            continue
+        name = token.lstrip("-").split("=", 1)[0]
+        if name.startswith("no"):
+            names.append((token, name, name[2:]))
+        else:
+            names.append((token, name, None))
+    if not names:
+        return
+    import mmap
+
+    try:
+        with open(plugin_path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            unknown = [token for token, name, alt in names
+                       if mm.find(name.encode() + b"\0") < 0 and (alt is None or mm.find(alt.encode() + b"\0") < 0)]
+    except OSError:
+        return  # cannot read the plugin: let XLA judge
+    if unknown:
+        raise ValueError(
+            f"XLA_FLAGS has flag(s) unknown to the PJRT plugin {os.path.basename(plugin_path)}: "
+            f"{', '.join(unknown)}. XLA would abort the process on them; remove them from XLA_FLAGS.")

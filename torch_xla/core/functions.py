@@ -1,7 +1,54 @@
-"""torch_xla.core.functions: collectives with autograd."""
+"""torch_xla.core.functions: differentiable helpers on XLA tensors (collectives with autograd, nms)."""
 from __future__ import annotations
 
 import torch
+
+
+def _check(value: torch.Tensor, what: str) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what} expects a tensor, got {type(value).__name__}")
+
+
+def nms(boxes: torch.Tensor, scores: torch.Tensor, score_threshold: float, iou_threshold: float,
+        output_size: int):
+    """Non-maximal suppression (PyTorch/XLA's fixed-size variant).
+
+    Returns ``(selected_indices, num_valid)``: ``output_size`` box indices (descending score,
+    padded with zeros) and how many of them are valid. Boxes are ``(y1, x1, y2, x2)``.
+    """
+    _check(boxes, "nms")
+    _check(scores, "nms")
+    if boxes.dim() != 2 or boxes.size(1) != 4:
+        raise ValueError(f"nms: boxes must have shape [N, 4], got {list(boxes.shape)}")
+    if scores.dim() != 1 or scores.size(0) != boxes.size(0):
+        raise ValueError(f"nms: scores must have shape [{boxes.size(0)}], got {list(scores.shape)}")
+    device = boxes.device
+    b = boxes.detach().cpu().double()
+    s = scores.detach().cpu().double()
+    y1 = torch.minimum(b[:, 0], b[:, 2]); y2 = torch.maximum(b[:, 0], b[:, 2])
+    x1 = torch.minimum(b[:, 1], b[:, 3]); x2 = torch.maximum(b[:, 1], b[:, 3])
+    area = (y2 - y1) * (x2 - x1)
+    order = torch.argsort(s, descending=True, stable=True)
+    keep = []
+    for i in order.tolist():
+        if s[i] <= score_threshold or len(keep) >= output_size:
+            continue
+        ok = True
+        for j in keep:
+            iy = (torch.minimum(y2[i], y2[j]) - torch.maximum(y1[i], y1[j])).clamp(min=0)
+            ix = (torch.minimum(x2[i], x2[j]) - torch.maximum(x1[i], x1[j])).clamp(min=0)
+            inter = iy * ix
+            union = area[i] + area[j] - inter
+            if union > 0 and inter / union > iou_threshold:
+                ok = False
+                break
+        if ok:
+            keep.append(i)
+    out = torch.zeros(output_size, dtype=torch.int32)
+    if keep:
+        out[:len(keep)] = torch.tensor(keep, dtype=torch.int32)
+    return out.to(device), torch.tensor(len(keep), dtype=torch.int32).to(device)
+
 
 from torch_xla.core import xla_model as xm
 

@@ -436,3 +436,205 @@ def get_memory_info(device: Optional[torch.device] = None) -> Dict[str, int]:
     """
     from torch_xla._internal import memory
     return memory.memory_info(0 if device is None else _parse_index(device))
+
+
+# ==== Compatibility additions (issue #8: classic-API names). Kept in one block at the end. ====
+import queue as _queue
+import sys as _sys
+import time as _time
+
+
+def is_xla_tensor(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a tensor on an XLA device."""
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "xla"
+
+
+def master_print(*args, fd=None, local: bool = False, flush: bool = False):
+    """``print`` on the master ordinal only (``local=True``: each host's master); ``fd`` defaults
+    to the current ``sys.stdout``."""
+    if is_master_ordinal(local=local):
+        print(*args, file=_sys.stdout if fd is None else fd, flush=flush)
+
+
+class RateTracker:
+    """Tracks a rate (e.g. samples/second): ``add(count)`` then ``rate()`` (smoothed rate since the
+    last ``rate()`` call) or ``global_rate()`` (since creation)."""
+
+    def __init__(self, smooth_factor: Optional[float] = None):
+        self._smooth_factor = 0.4 if smooth_factor is None else float(smooth_factor)
+        if not 0.0 <= self._smooth_factor <= 1.0:
+            raise ValueError(f"smooth_factor must be in [0, 1], got {smooth_factor!r}")
+        self._start_time = _time.time()
+        self._partial_time = self._start_time
+        self._partial_count = 0.0
+        self._partial_rate: Optional[float] = None
+        self._count = 0.0
+
+    def add(self, count: float):
+        self._count += count
+        self._partial_count += count
+
+    def rate(self) -> float:
+        now = _time.time()
+        delta = now - self._partial_time
+        current = self._partial_count / delta if delta > 0 else 0.0
+        if self._partial_rate is None:
+            self._partial_rate = current
+        else:
+            sf = self._smooth_factor
+            self._partial_rate = self._partial_rate * (1.0 - sf) + current * sf
+        self._partial_time = now
+        self._partial_count = 0.0
+        return self._partial_rate
+
+    def global_rate(self) -> float:
+        delta = _time.time() - self._start_time
+        return self._count / delta if delta > 0 else 0.0
+
+
+class ToXlaTensorArena:
+    """Converts the tensors selected by ``select_fn`` in a nested structure in one batch:
+    ``transform(inputs)`` collects them (each distinct tensor once), calls
+    ``convert_fn(list_of_tensors) -> list_of_tensors`` and returns the structure rebuilt with the
+    converted tensors (lists, tuples, dicts, namedtuples, DataWrapper and plain objects)."""
+
+    def __init__(self, convert_fn: Callable[[List[torch.Tensor]], List[torch.Tensor]],
+                 select_fn: Callable[[Any], bool]):
+        self._convert_fn = convert_fn
+        self._select_fn = select_fn
+
+    def transform(self, inputs):
+        from torch_xla.utils import utils as _xu
+        collected: List[Any] = []
+        index: Dict[int, int] = {}
+
+        def collect(t):
+            if id(t) not in index:
+                index[id(t)] = len(collected)
+                collected.append(t)
+
+        _xu.for_each_instance(inputs, self._select_fn, collect)
+        converted = list(self._convert_fn(list(collected))) if collected else []
+        if len(converted) != len(collected):
+            raise RuntimeError(f"ToXlaTensorArena: convert_fn returned {len(converted)} tensors for "
+                               f"{len(collected)} inputs")
+        return _xu.for_each_instance_rewrite(inputs, self._select_fn, lambda t: converted[index[id(t)]])
+
+
+def send_cpu_data_to_device(datas, device, input_sharding=None):
+    """Copies every CPU tensor in ``datas`` (any nesting) to ``device``; a lone tensor is returned
+    as a one-element list, as in PyTorch/XLA."""
+    if input_sharding is not None:
+        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...) needs SPMD, which this "
+                                  "torch_xla build does not implement yet")
+    device = torch.device(device)
+    if device.type != "xla":
+        raise ValueError(f"send_cpu_data_to_device: not an XLA device: {device}")
+
+    def convert_fn(tensors):
+        return [t.to(device) for t in tensors]
+
+    def select_fn(v):
+        return type(v) == torch.Tensor and v.device.type == "cpu"
+
+    if type(datas) is torch.Tensor:
+        datas = [datas]
+    return ToXlaTensorArena(convert_fn, select_fn).transform(datas)
+
+
+def optimization_barrier_(tensors: List[torch.Tensor]):
+    """Blocks XLA from moving computations across this point for ``tensors`` (in place: each
+    tensor's value becomes the output of one ``stablehlo.optimization_barrier``; values are
+    unchanged)."""
+    if isinstance(tensors, torch.Tensor):
+        raise TypeError("optimization_barrier_ expects a list of tensors")
+    tensors = list(tensors)
+    for t in tensors:
+        if not is_xla_tensor(t):
+            raise ValueError(f"optimization_barrier_ expects XLA tensors, got {type(t).__name__} "
+                             f"on {getattr(t, 'device', None)}")
+    _C._optimization_barrier(tensors)
+
+
+def check_view_sharing(obj):
+    """Raises if two tensors in ``obj`` (nested) share storage as views (they must not be saved)."""
+    seen: Dict[Any, torch.Tensor] = {}
+    from torch_xla.utils import utils as _xu
+
+    def check(t):
+        base = t._base if t._base is not None else None
+        if base is not None:
+            raise RuntimeError(f"tensor of shape {list(t.shape)} is a view of another tensor; "
+                               "save the base tensor and recreate the view after loading")
+
+    _xu.for_each_instance(obj, lambda x: isinstance(x, torch.Tensor), check)
+
+
+def do_on_ordinals(target: Callable[..., Any], data=(), ordinals=(0,)):
+    """Calls ``target(*data)`` on the given ordinals only (returns None elsewhere)."""
+    if get_ordinal() in ordinals:
+        return target(*data)
+    return None
+
+
+def unlazy(tensors: List[torch.Tensor]):
+    """Materializes ``tensors`` (runs just the graph they need)."""
+    _C._sync([t for t in tensors if is_xla_tensor(t)], False, "")
+
+
+# Step closures: run_async closures run in order on one worker thread; an exception raised by one
+# is re-raised by the next torch_xla.sync() (these definitions replace the earlier ones).
+_async_closure_queue: "_queue.Queue" = _queue.Queue()
+_async_closure_error: List[BaseException] = []
+_async_closure_worker: Optional[threading.Thread] = None
+
+
+def _async_closure_loop():
+    while True:
+        fn, args = _async_closure_queue.get()
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: B902 - re-raised on the main thread at the next sync
+            with _closure_lock:
+                _async_closure_error.append(e)
+        finally:
+            _async_closure_queue.task_done()
+
+
+def _submit_async_closure(fn, args):
+    global _async_closure_worker
+    with _closure_lock:
+        if _async_closure_worker is None or not _async_closure_worker.is_alive():
+            _async_closure_worker = threading.Thread(target=_async_closure_loop, name="xla-step-closures",
+                                                     daemon=True)
+            _async_closure_worker.start()
+    _async_closure_queue.put((fn, args))
+
+
+def _raise_async_closure_error():
+    with _closure_lock:
+        err = _async_closure_error[0] if _async_closure_error else None
+        _async_closure_error.clear()
+    if err is not None:
+        raise RuntimeError(f"an asynchronous step closure raised: {err!r}") from err
+
+
+def _run_step_closures_before_sync():
+    _raise_async_closure_error()
+
+
+def _run_step_closures():
+    with _closure_lock:
+        closures = list(_step_closures)
+        _step_closures.clear()
+    for fn, args, run_async in closures:
+        if run_async:
+            _submit_async_closure(fn, args)
+        else:
+            fn(*args)
+
+
+def _wait_async_step_closures():
+    """Waits for queued asynchronous step closures (tests, shutdown)."""
+    _async_closure_queue.join()
+    _raise_async_closure_error()

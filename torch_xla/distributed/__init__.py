@@ -1,1 +1,1 @@
-"""torch_xla.distributed: multi-process data parallel (xla_multiprocessing, parallel_loader)."""
+"""torch_xla.distributed: multi-device and multi-process training (xla_multiprocessing, parallel_loader, spmd)."""

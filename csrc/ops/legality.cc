@@ -1,0 +1,238 @@
+// Eager's argument legality for op-table rows: dtypes an eager CPU kernel is not built for, scalars
+// that do not fit the result dtype, argument combinations eager refuses. XLA would either accept
+// these programs (a wrong answer where eager raises) or reject them at compile time, at the next
+// sync, far from the op. Each rule raises eager's exception type with eager's message at the op.
+// The table is keyed by op-table row; a rule runs before the row builds any IR. Torch-free.
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "ops/op_table.h"
+
+namespace txla::ops {
+namespace {
+
+// ScalarType names as eager prints them ('Long', 'Bool', ...).
+const char* TypeName(DType t) {
+  switch (t) {
+    case DType::kPred: return "Bool";
+    case DType::kS8: return "Char";
+    case DType::kS16: return "Short";
+    case DType::kS32: return "Int";
+    case DType::kS64: return "Long";
+    case DType::kU8: return "Byte";
+    case DType::kU16: return "UInt16";
+    case DType::kU32: return "UInt32";
+    case DType::kU64: return "UInt64";
+    case DType::kF16: return "Half";
+    case DType::kBF16: return "BFloat16";
+    case DType::kF32: return "Float";
+    case DType::kF64: return "Double";
+    case DType::kC64: return "ComplexFloat";
+    case DType::kC128: return "ComplexDouble";
+  }
+  return "?";
+}
+
+bool IsComplexT(DType t) { return t == DType::kC64 || t == DType::kC128; }
+
+[[noreturn]] void NotImpl(const std::string& kernel, DType t) {
+  throw NotImplementedError("\"" + kernel + "\" not implemented for '" + TypeName(t) + "'");
+}
+
+using Rule = std::function<void(OpArgs&)>;
+
+// First tensor argument's dtype must not be integral (bool included): eager's kernel is float-only.
+Rule FloatKernel(const std::string& kernel, size_t k = 0) {
+  return [=](OpArgs& a) {  // an empty input never reaches eager's kernel
+    if (!a.IsNone(k) && a.V(k).shape().numel() > 0 && ir::IsIntegral(a.V(k).dtype(), true)) NotImpl(kernel, a.V(k).dtype());
+  };
+}
+Rule BitwiseInts(const std::string& kernel, bool scalar) {
+  return [=](OpArgs& a) {
+    DType t = scalar ? ResultType({&a.T(0)}, {&a.S(1)}) : ResultType({&a.T(0), &a.T(1)});
+    if (ir::IsFloating(t)) NotImpl(kernel, t);
+  };
+}
+Rule NoBool(const std::string& kernel, size_t k = 0) {
+  return [=](OpArgs& a) {
+    if (!a.IsNone(k) && a.V(k).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
+  };
+}
+// Matrix products: eager's kernel (and its dtype dispatch) only runs when every operand has elements.
+Rule NoBoolProduct(const std::string& kernel, std::vector<size_t> operands) {
+  return [=](OpArgs& a) {
+    for (size_t k : operands) {
+      if (a.IsNone(k) || a.V(k).shape().numel() == 0) return;
+    }
+    if (a.V(operands[0]).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
+  };
+}
+Rule NoBoolRuntime(const std::string& message) {
+  return [=](OpArgs& a) {
+    if (a.V(0).dtype() == DType::kPred) a.Fail(message);
+  };
+}
+
+// A Python scalar converted to dtype t must fit, as eager's checked_convert.
+void CheckFits(const OpArgs& a, const Scalar& s, DType t) {
+  if (s.kind == Scalar::kComplex || t == DType::kPred || IsComplexT(t)) return;
+  double v = s.AsDouble();
+  if (std::isnan(v) || std::isinf(v)) {
+    if (ir::IsFloating(t)) return;
+  }
+  const char* name = nullptr;
+  double lo = 0, hi = 0;
+  switch (t) {
+    case DType::kU8: name = "uint8_t"; lo = 0; hi = 255; break;
+    case DType::kS8: name = "int8_t"; lo = -128; hi = 127; break;
+    case DType::kS16: name = "int16_t"; lo = -32768; hi = 32767; break;
+    case DType::kS32: name = "int"; lo = -2147483648.0; hi = 2147483647.0; break;
+    case DType::kS64: name = "int64_t"; lo = -9223372036854775808.0; hi = 9223372036854775807.0; break;
+    case DType::kF16: name = "c10::Half"; lo = -65504; hi = 65504; break;
+    case DType::kBF16: name = "c10::BFloat16"; lo = -3.3895313892515355e38; hi = 3.3895313892515355e38; break;
+    default: return;
+  }
+  if (s.kind == Scalar::kInt && t == DType::kS64) return;
+  bool fits = v >= lo && v <= hi;
+  if (ir::IsFloating(t) && !fits) {
+    // Values that round to the largest finite value are fine; eager refuses what overflows to inf.
+    fits = std::fabs(v) < hi * (1 + (t == DType::kF16 ? 1.0 / 2048 : 1.0 / 256));
+  }
+  if (!fits || std::isnan(v) || std::isinf(v)) {
+    a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
+  }
+}
+
+Rule IntegralAlpha(size_t alpha, bool scalar_other) {
+  return [=](OpArgs& a) {
+    if (a.IsNone(alpha) || a.S(alpha).kind != Scalar::kFloat) return;
+    DType t = scalar_other ? ResultType({&a.T(0)}, {&a.S(1)}) : ResultType({&a.T(0), &a.T(1)});
+    if (ir::IsIntegral(t, true)) a.Fail("For integral input tensors, argument alpha must not be a floating point number.");
+  };
+}
+
+Rule IndexDtypes(size_t k) {
+  return [=](OpArgs& a) {
+    for (const auto& t : a.TL(k)) {
+      if (!t.defined()) continue;
+      DType d = t.v.dtype();
+      if (!(ir::IsIntegral(d, true))) throw IndexError("tensors used as indices must be long, int, byte or bool tensors");
+    }
+  };
+}
+
+const std::unordered_map<std::string, Rule>& Rules() {
+  static const auto* rules = new std::unordered_map<std::string, Rule>{
+      {"native_layer_norm", [](OpArgs& a) {
+         if (a.Ints(1).empty()) {
+           a.Fail("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but "
+                  "got normalized_shape = []");
+         }
+         FloatKernel("LayerNormKernelImpl")(a);
+       }},
+      {"_softmax", FloatKernel("softmax_lastdim_kernel_impl")},
+      {"_log_softmax", FloatKernel("log_softmax_lastdim_kernel_impl")},
+      {"lerp.Scalar", FloatKernel("lerp_kernel_scalar")},
+      {"lerp.Tensor", FloatKernel("lerp_kernel_tensor")},
+      {"var.correction", [](OpArgs& a) {
+         DType t = a.V(0).dtype();
+         if (!ir::IsFloating(t) && !IsComplexT(t)) a.Fail("std and var only support floating point and complex dtypes");
+       }},
+      {"std.correction", [](OpArgs& a) {
+         DType t = a.V(0).dtype();
+         if (!ir::IsFloating(t) && !IsComplexT(t)) a.Fail("std and var only support floating point and complex dtypes");
+       }},
+      {"linalg_vector_norm", [](OpArgs& a) {
+         DType t = a.V(0).dtype();
+         if (!ir::IsFloating(t) && !IsComplexT(t)) {
+           a.Fail(std::string("linalg.vector_norm: Expected a floating point or complex tensor as input. Got ") + TypeName(t));
+         }
+       }},
+      {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
+      {"round", NoBool("round_vml_cpu")},
+      {"bitwise_and.Tensor", BitwiseInts("bitwise_and_cpu", false)},
+      {"bitwise_and.Scalar", BitwiseInts("bitwise_and_cpu", true)},
+      {"bitwise_or.Tensor", BitwiseInts("bitwise_or_cpu", false)},
+      {"bitwise_or.Scalar", BitwiseInts("bitwise_or_cpu", true)},
+      {"bitwise_xor.Tensor", BitwiseInts("bitwise_xor_cpu", false)},
+      {"bitwise_xor.Scalar", BitwiseInts("bitwise_xor_cpu", true)},
+      {"masked_fill.Scalar", [](OpArgs& a) { CheckFits(a, a.S(2), a.V(0).dtype()); }},
+      {"argmax", NoBoolRuntime("argmax(): does not support bool input")},
+      {"argmin", NoBoolRuntime("argmin(): does not support bool input")},
+      {"abs", NoBool("abs_cpu")},
+      {"dot", NoBoolProduct("dot", {0, 1})},
+      {"mm", NoBoolProduct("addmm_impl_cpu_", {0, 1})},
+      {"addmm", NoBoolProduct("addmm_impl_cpu_", {1, 2})},
+      {"bmm", NoBoolProduct("bmm", {0, 1})},
+      {"addcdiv", [](OpArgs& a) {
+         if (ir::IsIntegral(a.V(1).dtype(), true) && ir::IsIntegral(a.V(2).dtype(), true)) {
+           a.Fail("Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform "
+                  "a true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as "
+                  "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
+                  "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the "
+                  "latter implementation: (input + value * tensor1 / tensor2), for all dtypes.");
+         }
+       }},
+      {"pow.Tensor_Tensor", [](OpArgs& a) {
+         if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("pow", DType::kPred);
+       }},
+      {"add.Tensor", IntegralAlpha(2, false)},
+      {"sub.Tensor", IntegralAlpha(2, false)},
+      {"add.Scalar", IntegralAlpha(2, true)},
+      {"sub.Scalar", IntegralAlpha(2, true)},
+      {"full", [](OpArgs& a) {
+         if (auto t = a.OptDType(2)) CheckFits(a, a.S(1), *t);
+       }},
+      {"fill.Scalar", [](OpArgs& a) { CheckFits(a, a.S(1), a.V(0).dtype()); }},
+      {"random.from", [](OpArgs& a) {
+         auto to = a.OptInt(2);
+         if (to && a.Int(1) >= *to) {
+           a.Fail("random_ expects 'from' to be less than 'to', but got from=" + std::to_string(a.Int(1)) +
+                  " >= to=" + std::to_string(*to));
+         }
+       }},
+      {"random.to", [](OpArgs& a) {
+         if (a.Int(1) <= 0) {
+           a.Fail("random_ expects 'from' to be less than 'to', but got from=0 >= to=" + std::to_string(a.Int(1)));
+         }
+       }},
+      {"arange.start_step", [](OpArgs& a) {
+         double lo = a.S(0).AsDouble(), hi = a.S(1).AsDouble();
+         if (!std::isfinite(lo) || !std::isfinite(hi)) {
+           auto str = [](double v) {
+             if (std::isnan(v)) return std::string("nan");
+             if (std::isinf(v)) return std::string(v > 0 ? "inf" : "-inf");
+             std::string s = std::to_string(v);
+             while (s.find('.') != std::string::npos && (s.back() == '0' || s.back() == '.')) s.pop_back();
+             return s;
+           };
+           a.Fail("unsupported range: " + str(lo) + " -> " + str(hi));
+         }
+       }},
+      {"index.Tensor", IndexDtypes(1)},
+      {"_unsafe_index.Tensor", IndexDtypes(1)},
+      {"index_put", IndexDtypes(1)},
+      {"_unsafe_index_put", IndexDtypes(1)},
+      {"_index_put_impl", IndexDtypes(1)},
+  };
+  return *rules;
+}
+
+}  // namespace
+
+void WrapLegality(std::vector<OpRow>& rows) {
+  const auto& rules = Rules();
+  for (auto& row : rows) {
+    auto it = rules.find(row.aten);
+    if (it == rules.end()) continue;
+    OpFn fn = row.fn;
+    Rule rule = it->second;
+    row.fn = [fn, rule](OpArgs& a) {
+      rule(a);
+      return fn(a);
+    };
+  }
+}
+
+}  // namespace txla::ops

@@ -1,0 +1,323 @@
+"""Issue #7 regressions: each case once gave a silently wrong answer, accepted an invalid program,
+lost data or hung. Every result is compared with eager CPU (values, NaN positions, signed zeros,
+dtypes, shapes) and every error with eager's exception type."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_xla
+
+DEV = torch_xla.device()
+NAN, INF = float("nan"), float("inf")
+
+
+def _expand_fill(d):
+    t = torch.tensor([1.0, NAN, INF], device=d)
+    t.expand(3).fill_(-3)
+    return t
+
+
+def _expand_empty_pow(d):
+    x = torch.tensor([1.0, -0.0, INF, NAN], device=d)
+    x.expand(4)[4:].pow_(2)
+    return x
+
+
+def _expand_bool_fill(d):
+    x = torch.tensor([True, False], device=d)
+    x.expand(2).fill_(True)
+    return x
+
+
+def _expand_overlap_fill(d):
+    x = torch.zeros(3, device=d)
+    x.expand(2, 3).fill_(1)
+    return x
+
+
+def _expand_row_fill(d):
+    x = torch.ones(2, 1, device=d)
+    x.expand(2, 3)[0].fill_(5)
+    return x
+
+
+def _unfold_mul(d):
+    t = torch.arange(1.0, 7.0, device=d)
+    t.unfold(0, 1, 2).mul_(10)
+    return t
+
+
+def _unfold_2d_fill(d):
+    t = torch.arange(12.0, device=d).reshape(3, 4)
+    t.unfold(1, 2, 2)[1].fill_(-0.0)
+    return t
+
+
+CASES = {
+    "expand_fill_keeps_inf_nan": _expand_fill,
+    "expand_empty_slice_writes_nothing": _expand_empty_pow,
+    "expand_bool_fill": _expand_bool_fill,
+    "expand_overlapping_fill": _expand_overlap_fill,
+    "expand_then_select_fill": _expand_row_fill,
+    "unfold_gaps_untouched": _unfold_mul,
+    "unfold_2d_fill": _unfold_2d_fill,
+    "nan_times_false": lambda d: torch.tensor([NAN, INF, 2.0], device=d) * torch.tensor([False, False, True], device=d),
+    "nan_times_mask_float": lambda d: torch.tensor([NAN, INF, 2.0], device=d) * torch.tensor([0, 0, 1], device=d).bool().float(),
+    "f16_times_big_scalar": lambda d: torch.tensor([1e-3, 2.0], dtype=torch.float16, device=d) * 1e5,
+    "f16_div_big_scalar": lambda d: torch.tensor([1e-3, 2.0], dtype=torch.float16, device=d) / 1e5,
+    "bf16_add_small_scalar": lambda d: torch.tensor([1.0, 256.0], dtype=torch.bfloat16, device=d) + 1e-3,
+    "softmax_0d_nan": lambda d: torch.softmax(torch.tensor(NAN, device=d), -1),
+    "log_softmax_0d_nan": lambda d: torch.log_softmax(torch.tensor(NAN, device=d), -1),
+    "softmax_0d_finite": lambda d: torch.softmax(torch.tensor(5.0, device=d), 0),
+    "adaptive_pool_uneven_inf": lambda d: F.adaptive_avg_pool2d(torch.tensor([[[1, INF], [2, 3], [4, 5]]], device=d), (2, 1)),
+    "adaptive_pool_uneven_values": lambda d: F.adaptive_avg_pool2d(
+        torch.arange(70.0, device=d).reshape(1, 2, 7, 5).sin(), (3, 4)),
+    "sign_nan_negzero": lambda d: torch.sign(torch.tensor([NAN, -0.0, -2.0, 3.0], device=d)),
+    "pow_minus_half": lambda d: torch.pow(torch.tensor([-INF, -0.0, 4.0], device=d), -0.5),
+    "pow_half_negzero": lambda d: torch.pow(torch.tensor([-0.0, 4.0], device=d), 0.5),
+    "pow_three_minus_two": lambda d: torch.stack([torch.tensor([-2.0, INF], device=d) ** 3,
+                                                  torch.tensor([-0.0, INF], device=d) ** -2]),
+    "floor_div_inf": lambda d: torch.div(torch.tensor([-INF, INF], device=d), torch.tensor([2.0, -2.0], device=d),
+                                         rounding_mode="floor"),
+    "floor_div_by_inf": lambda d: torch.tensor([-3.0, 3.0, -0.0], device=d).div(INF, rounding_mode="floor"),
+    "floor_div_values": lambda d: torch.div(torch.tensor([7.0, -7.0, 7.5, -0.0, 1.0], device=d),
+                                            torch.tensor([2.0, 2.0, -2.5, 3.0, 0.0], device=d), rounding_mode="floor"),
+    "empty_index_select": lambda d: torch.zeros(2, 0, device=d).index_select(1, torch.tensor([], dtype=torch.long, device=d)),
+    "scalar_floordiv_tensor": lambda d: 7 // torch.arange(1, 4, device=d),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager(name):
+    fn = CASES[name]
+    ref = fn("cpu")
+    out = fn(DEV)
+    assert out.device.type == "xla", f"{name}: result on {out.device}"
+    got = out.cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    torch.testing.assert_close(got, ref, equal_nan=True, rtol=1e-3 if ref.dtype == torch.float16 else 1.3e-6,
+                               atol=1e-5)
+    if ref.is_floating_point():  # signed zeros and infinities too
+        assert torch.equal(torch.signbit(got), torch.signbit(ref)), f"{name}: signs {got} vs {ref}"
+
+
+def _inplace_broadcast(d):
+    t = torch.ones(1, dtype=torch.long, device=d) * 7
+    t %= torch.tensor([2, 3, 4, 5], device=d)
+    return t
+
+
+def _mask_shape(d):
+    t = torch.zeros(3, 2, device=d)
+    t[torch.tensor([[True]], device=d)] = 5.0
+    return t
+
+
+def _overlap_add(d):
+    x = torch.zeros(3, device=d)
+    x.expand(2, 3).add_(1)
+    return x
+
+
+def _int_neg_pow(d):
+    return torch.tensor([2, 3], device=d) ** -1
+
+
+def _inplace_int_div(d):
+    x = torch.tensor([4, 6], device=d)
+    x /= 2
+    return x
+
+
+def _li(d):
+    return torch.tensor([1, 2, 3], device=d)
+
+
+def _bo(d):
+    return torch.tensor([True, False], device=d)
+
+
+def _cross_device(d):
+    if d == "cpu":
+        raise RuntimeError("two devices")
+    return torch.ones(2, device="xla:0") + torch.ones(2, device="xla:1")
+
+
+ERRORS = {
+    "layer_norm_int": (lambda d: F.layer_norm(_li(d), (3,)), NotImplementedError),
+    "std_int": (lambda d: _li(d).std(), RuntimeError),
+    "var_int": (lambda d: _li(d).var(), RuntimeError),
+    "vector_norm_int": (lambda d: torch.linalg.vector_norm(_li(d)), RuntimeError),
+    "topk_bool": (lambda d: _bo(d).topk(1), RuntimeError),
+    "argmax_bool": (lambda d: _bo(d).argmax(), RuntimeError),
+    "abs_bool": (lambda d: _bo(d).abs(), NotImplementedError),
+    "dot_bool": (lambda d: _bo(d).dot(_bo(d)), NotImplementedError),
+    "matmul_bool": (lambda d: _bo(d).view(1, 2) @ _bo(d).view(2, 1), NotImplementedError),
+    "lerp_int": (lambda d: torch.lerp(_li(d), _li(d), 0.5), NotImplementedError),
+    "addcdiv_int": (lambda d: torch.addcdiv(_li(d), _li(d), _li(d)), RuntimeError),
+    "float_index": (lambda d: _li(d)[torch.tensor([0.0], device=d)], IndexError),
+    "full_uint8_overflow": (lambda d: torch.full((2,), 300, dtype=torch.uint8, device=d), RuntimeError),
+    "fill_f16_overflow": (lambda d: torch.ones(2, dtype=torch.float16, device=d).fill_(1e6), RuntimeError),
+    "float_alpha_int_add": (lambda d: torch.add(_li(d), _li(d), alpha=0.5), RuntimeError),
+    "int_mod_zero_scalar": (lambda d: _li(d) % 0, RuntimeError),
+    "int_mod_zero_tensor": (lambda d: _li(d) % torch.tensor([1, 0, 1], device=d), RuntimeError),
+    "int_div_trunc_zero": (lambda d: torch.div(_li(d), 0, rounding_mode="trunc"), RuntimeError),
+    "int_floordiv_zero_tensor": (lambda d: _li(d) // torch.zeros(3, dtype=torch.long, device=d), RuntimeError),
+    "maxpool_too_small": (lambda d: F.max_pool2d(torch.ones(1, 1, 2, 2, device=d), 3), RuntimeError),
+    "avgpool_too_small": (lambda d: F.avg_pool2d(torch.ones(1, 1, 2, 2, device=d), 3), RuntimeError),
+    "one_hot_out_of_range": (lambda d: F.one_hot(_li(d), 2), RuntimeError),
+    "gather_out_of_range": (lambda d: _li(d).gather(0, torch.tensor([5], device=d)), RuntimeError),
+    "scatter_out_of_range": (lambda d: _li(d).scatter(0, torch.tensor([5], device=d), _li(d)[:1]), RuntimeError),
+    "empty_max": (lambda d: torch.zeros(0, device=d).max(), RuntimeError),
+    "empty_argmax": (lambda d: torch.zeros(0, device=d).argmax(), IndexError),
+    "empty_amax_dim": (lambda d: torch.zeros(0, 3, device=d).amax(0), IndexError),
+    "empty_min_dim": (lambda d: torch.zeros(0, 3, device=d).min(0), IndexError),
+    "softmax_int": (lambda d: torch.softmax(_li(d), 0), NotImplementedError),
+    "pow_bool_bool": (lambda d: torch.pow(_bo(d), _bo(d)), NotImplementedError),
+    "random_from_ge_to": (lambda d: torch.zeros(2, device=d).random_(5, 5), RuntimeError),
+    "two_xla_devices": (_cross_device, RuntimeError),
+    "inplace_broadcast_shape": (_inplace_broadcast, RuntimeError),
+    "mask_shape_mismatch": (_mask_shape, IndexError),
+    "inplace_internal_overlap": (_overlap_add, RuntimeError),
+    "int_negative_power": (_int_neg_pow, RuntimeError),
+    "inplace_result_cast": (_inplace_int_div, RuntimeError),
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_raises_as_eager(name):
+    fn, exc = ERRORS[name]
+    with pytest.raises(exc):
+        fn("cpu")
+    with pytest.raises(exc):
+        fn(DEV).cpu()
+        torch_xla.sync()
+
+
+def test_no_host_storage():
+    x = torch.ones(2, device=DEV)
+    with pytest.raises(RuntimeError, match="XLA tensor"):
+        x.data_ptr()
+    with pytest.raises(RuntimeError, match="XLA tensor"):
+        x.untyped_storage()
+    assert torch.ones(2).data_ptr() != 0
+
+
+def test_cpu_indices_and_masks():
+    base = torch.arange(6.0).view(2, 3)
+    x = base.to(DEV)
+    idx = torch.tensor([2, 0])
+    torch.testing.assert_close(x[:, idx].cpu(), base[:, idx])
+    mask = torch.tensor([True, False, True])
+    torch.testing.assert_close(x[:, mask].cpu(), base[:, mask])
+    y, yb = x.clone(), base.clone()
+    y[:, mask] = 10.0
+    yb[:, mask] = 10.0
+    torch.testing.assert_close(y.cpu(), yb)
+
+
+def test_index_error_names_op_and_line():
+    t = torch.randn(5, device=DEV)
+    t.index_select(0, torch.tensor([7], device=DEV))  # result never read
+    with pytest.raises(IndexError, match=r"index_select.*test_never_wrong.py:\d+"):
+        (t * 2).cpu()
+    assert (t * 2).cpu().shape == (5,)  # raised once, the device keeps working
+
+
+def test_empty_result_index_check_never_fires():
+    t = torch.zeros(0, 3, device=DEV)
+    out = t.index_select(1, torch.tensor([1, 2], device=DEV))
+    assert out.cpu().shape == (0, 2)
+    torch_xla.sync()
+
+
+def _run(code, env=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def test_fork_after_start_raises_in_child():
+    code = """
+import os, sys, torch, torch_xla
+d = torch_xla.device()
+a = torch.ones(3, device=d); assert a.sum().item() == 3
+pid = os.fork()
+if pid == 0:
+    try:
+        (a + 1).cpu()
+        os._exit(3)
+    except RuntimeError as e:
+        os._exit(0 if "fork" in str(e) else 4)
+_, st = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(st))
+"""
+    r = _run(code, timeout=60)
+    assert "child 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_cpu_num_devices_cap():
+    r = _run("import torch, torch_xla; torch.ones(1, device=torch_xla.device())", {"CPU_NUM_DEVICES": "100000"})
+    assert r.returncode != 0 and "ValueError" in r.stderr and "1024" in r.stderr, r.stderr[-500:]
+
+
+def test_unknown_xla_flag_is_python_error():
+    r = _run("""
+import torch, torch_xla
+try:
+    torch.ones(1, device=torch_xla.device())
+except ValueError as e:
+    print("ValueError", e)
+""", {"XLA_FLAGS": "--xla_this_flag_does_not_exist=1"})
+    assert r.returncode == 0 and "xla_this_flag_does_not_exist" in r.stdout, r.stdout + r.stderr[-500:]
+
+
+def test_known_xla_flag_accepted():
+    r = _run("import torch, torch_xla; print(torch.ones(2, device=torch_xla.device()).sum().item())",
+             {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})
+    assert r.returncode == 0 and "2.0" in r.stdout, r.stderr[-500:]
+
+
+def test_shift_operators():
+    import torch_xla.debug.metrics as met
+
+    a = torch.tensor([1, -8, 3, 255], dtype=torch.int32)
+    b = torch.tensor([1, 2, 0, 3], dtype=torch.int32)
+    for f in (lambda x, y: x << y, lambda x, y: x >> y, lambda x, y: x << 3, lambda x, y: x >> 1):
+        torch.testing.assert_close(f(a.to(DEV), b.to(DEV)).cpu(), f(a, b))
+    assert met.counter_value("xla::__lshift__") and met.counter_value("xla::__rshift__")
+
+
+def test_new_lowerings_match_eager():
+    import torch_xla.debug.metrics as met
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    cases = [
+        lambda d: torch.logsumexp(x.to(d), 1),
+        lambda d: torch.logsumexp(torch.tensor([[-INF, -INF], [INF, 1.0]], device=d), 1),
+        lambda d: F.mse_loss(x.to(d), y.to(d)),
+        lambda d: F.softplus(x.to(d) * 10, beta=2, threshold=5),
+        lambda d: torch.baddbmm(torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1)).to(d),
+                                torch.ones(2, 3, 5, device=d), torch.ones(2, 5, 4, device=d), beta=0.5, alpha=2),
+        lambda d: torch.addmv(torch.ones(4, device=d), x.to(d), torch.ones(5, device=d)),
+        lambda d: torch.zeros(3, 5, device=d).index_add(0, torch.tensor([0, 2, 0], device=d), torch.ones(3, 5, device=d), alpha=2),
+        lambda d: F.interpolate(x.view(1, 4, 5).to(d), size=7, mode="nearest"),
+        lambda d: torch.ops.aten.gelu_backward(torch.ones(3, dtype=torch.bfloat16, device=d), torch.randn(3, generator=torch.Generator().manual_seed(2)).to(d)),
+    ]
+    for i, f in enumerate(cases):
+        ref, got = f("cpu"), f(DEV).cpu()
+        assert ref.dtype == got.dtype, (i, ref.dtype, got.dtype)
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5, equal_nan=True, msg=lambda m: f"case {i}: {m}")
+    assert not [n for n in met.executed_fallback_ops() if any(k in n for k in ("logsumexp", "mse", "softplus", "baddbmm", "addmv", "index_add", "upsample", "gelu"))]
+
+
+def test_arange_unsupported_range():
+    with pytest.raises(RuntimeError, match="unsupported range"):
+        torch.arange(-5, NAN)
+    with pytest.raises(RuntimeError, match="unsupported range"):
+        torch.arange(-5, NAN, device=DEV)

@@ -1,0 +1,1 @@
+"""torch_xla.test: helpers of PyTorch/XLA test and example scripts."""

@@ -1,0 +1,1 @@
+"""torch_xla.utils: helpers PyTorch/XLA scripts import (utils, serialization, dlpack)."""
