@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -246,7 +247,9 @@ Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
   ScalarBytes(v, iv, t, bytes, imag);
   ir::Shape shape(t, {});
   runtime::Buffer buf = GetClient().ToDevice(bytes, t, {}, device);
-  Value node = ir::MakeDeviceData(std::make_shared<ir::DeviceData>(std::move(buf), shape, device));
+  auto data = std::make_shared<ir::DeviceData>(std::move(buf), shape, device);
+  data->donatable = false;  // the cache reuses it in later graphs
+  Value node = ir::MakeDeviceData(data);
   cache.emplace(key, node);
   return node;
 }
@@ -560,7 +563,8 @@ runtime::CompileOptions OptionsForDevice(int device) {
 
 // Step 3: find or build the executable (memory cache, then the persistent cache, then XLA).
 std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder& po, const std::vector<Value>& roots,
-                                             int device, const SyncOptions& opts) {
+                                             int device, const SyncOptions& opts,
+                                             const std::vector<std::pair<int, int>>& aliases) {
   {
     std::lock_guard<std::mutex> g(g_cache_mu);
     auto it = Cache().find(key);
@@ -575,6 +579,8 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   spec.params = po.params;
   spec.roots = roots;
   spec.locations = HloDebug();
+  spec.aliases = aliases;
+  if (!aliases.empty()) metrics::IncrementCounter("InputOutputAliasCount", static_cast<int64_t>(aliases.size()));
   std::string text = lowering::EmitStableHlo(spec);
   if (DebugLevel() > 0 && !opts.eager) {
     std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
@@ -626,6 +632,47 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   return comp;
 }
 
+// Buffer donation: a tensor that the graph overwrites gives its old buffer to its new value when
+// nothing else can read that buffer again: its device data is held only by the tensor and by the
+// graph's parameter node (a second tensor, a cached scalar or an alias elsewhere raises the count),
+// and the sync covers every live tensor, so every other graph that reads it is this one. Each
+// parameter and each result is aliased at most once; shapes and dtypes match by construction.
+std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& tensors, const std::vector<int>& root_of,
+                                                 const std::vector<Value>& roots, const PostOrder& po) {
+  std::vector<std::pair<int, int>> aliases;
+  std::unordered_map<const ir::DeviceData*, int> param_of;
+  for (size_t p = 0; p < po.params.size(); ++p) param_of[po.params[p]->data.get()] = static_cast<int>(p);
+  std::unordered_set<int> used_params, used_results;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ir::DeviceDataPtr& d = tensors[i]->data();
+    if (!d || !d->donatable || d.use_count() != 2) continue;  // the tensor's reference + the parameter node's
+    auto it = param_of.find(d.get());
+    if (it == param_of.end()) continue;
+    int result = root_of[i];
+    if (roots[result].node->op == ir::Op::kDeviceData) continue;  // unchanged: nothing to donate to
+    if (roots[result].shape() != d->shape) continue;
+    if (!used_params.insert(it->second).second || !used_results.insert(result).second) continue;
+    aliases.emplace_back(it->second, result);
+  }
+  // Functionalization replaces a mutated tensor's inner value by a new tensor: the old buffer is
+  // then held by the parameter node alone, and nothing can read it after this graph. Donate it to a
+  // result of the same shape and dtype.
+  for (size_t p = 0; p < po.params.size(); ++p) {
+    const ir::DeviceDataPtr& d = po.params[p]->data;
+    if (!d || !d->donatable || d.use_count() != 1 || used_params.count(static_cast<int>(p))) continue;
+    for (size_t r = 0; r < roots.size(); ++r) {
+      if (used_results.count(static_cast<int>(r)) || roots[r].node->op == ir::Op::kDeviceData) continue;
+      if (roots[r].shape() != d->shape) continue;
+      used_params.insert(static_cast<int>(p));
+      used_results.insert(static_cast<int>(r));
+      aliases.emplace_back(static_cast<int>(p), static_cast<int>(r));
+      break;
+    }
+  }
+  std::sort(aliases.begin(), aliases.end());
+  return aliases;
+}
+
 // Runs one device's pending tensors (and pending checks) as one graph.
 void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
   std::vector<PendingCheck> checks;
@@ -651,9 +698,12 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   for (auto& c : checks) roots.push_back(c.pred);
   PostOrder po = ComputePostOrder(roots);
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
+  std::vector<std::pair<int, int>> aliases;
+  if (opts.donate) aliases = DonatableInputs(tensors, root_of, roots, po);
   Hash128 key = GraphHash(po, roots, device);
+  for (const auto& [param, result] : aliases) key = HashCombine(key, (static_cast<uint64_t>(param) << 32) | result);
   std::shared_ptr<Computation> comp;
-  comp = LookupOrCompile(key, po, roots, device, opts);
+  comp = LookupOrCompile(key, po, roots, device, opts, aliases);
   if (opts.executed) opts.executed->push_back(key);
 
   std::vector<PJRT_Buffer*> args;
@@ -761,7 +811,13 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
     if (!g_forbid_message.empty()) throw std::runtime_error(g_forbid_message);
   }
   RaiseFailedChecks();  // from earlier steps
-  for (auto& [device, ts] : by_device) SyncDevice(ts, device, opts);
+  SyncOptions o = opts;
+  static const bool aliasing = [] {
+    const char* e = std::getenv("XLA_ENABLE_PARAM_ALIASING");
+    return !(e && (std::string(e) == "0" || std::string(e) == "false"));
+  }();
+  o.donate = aliasing && tensors == nullptr && !opts.eager;
+  for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
   if (opts.wait) RaiseFailedChecks();
 }
 

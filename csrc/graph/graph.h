@@ -102,6 +102,10 @@ struct SyncOptions {
   bool eager = false;                       // one op run at once (eager mode): EagerOp* metrics
   std::string name;                         // shows in debug output, dumps and the module name
   std::vector<Hash128>* executed = nullptr;  // receives the hashes of the graphs that ran
+  // Set by SyncTensors for a sync of every live tensor (mark_step): inputs that the graph
+  // overwrites and nothing else references are donated to their outputs (XLA_ENABLE_PARAM_ALIASING=0
+  // turns this off).
+  bool donate = false;
 };
 // Materializes the given tensors (all live pending tensors when `tensors` is null).
 void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts);

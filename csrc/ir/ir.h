@@ -39,6 +39,8 @@ struct DeviceData {
   Shape shape;
   int device = 0;
   DeviceData(runtime::Buffer b, Shape s, int d) : buffer(std::move(b)), shape(std::move(s)), device(d) {}
+  // False for buffers a cache keeps for later graphs (scalar inputs): never donated.
+  bool donatable = true;
 };
 using DeviceDataPtr = std::shared_ptr<DeviceData>;
 

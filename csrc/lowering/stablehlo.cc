@@ -73,6 +73,9 @@ class Emitter {
     os << "  func.func public @main(";
     for (size_t i = 0; i < spec_.params.size(); ++i) {
       os << (i ? ", " : "") << "%arg" << i << ": " << T(spec_.params[i]->shapes[0]);
+      for (const auto& [param, result] : spec_.aliases) {
+        if (param == static_cast<int>(i)) os << " {tf.aliasing_output = " << result << " : i32}";
+      }
     }
     os << ") -> (";
     for (size_t i = 0; i < spec_.roots.size(); ++i) os << (i ? ", " : "") << T(spec_.roots[i].shape());

@@ -15,6 +15,9 @@ struct ModuleSpec {
   int num_replicas = 1;
   int num_partitions = 1;
   bool locations = false;  // emit loc("file":line:0) from node scopes
+  // (parameter index, result index): the parameter's buffer is donated to that result
+  // (tf.aliasing_output; XLA aliases them and PJRT donates the input buffer at execution).
+  std::vector<std::pair<int, int>> aliases;
 };
 
 std::string EmitStableHlo(const ModuleSpec& spec);
