@@ -215,13 +215,31 @@ def test_single_process_collectives_are_identities():
     assert executions() == before + 1
 
 
-def test_in_graph_backend_is_a_clear_todo(monkeypatch):
+def test_in_graph_all_reduce_stablehlo_and_single_replica_run(monkeypatch):
+    """The in-graph backend lowers all_reduce to stablehlo.all_reduce with replica_groups; one
+    replica compiles and runs it (sum over one replica = the input, scaled)."""
     from torch_xla._internal import collectives
     monkeypatch.setenv("TORCH_XLA_COLLECTIVE_BACKEND", "ingraph")
     monkeypatch.setattr(collectives, "_backend", None)
-    with pytest.raises(NotImplementedError, match="in-graph collectives"):
-        collectives.backend()
+    b = collectives.backend()
+    assert isinstance(b, collectives.InGraphBackend)
+    d = torch_xla.device()
+    x = torch.arange(6.0, device=d).view(2, 3)
+    i = torch.tensor([3, 5], device=d)
+    (rx, ri) = b.all_reduce("sum", [x, i], 0.5, (0,))
+    (mx,) = b.all_reduce("max", [x], 1.0, (0,))
+    text = xm.get_stablehlo([rx, ri, mx])
+    assert text.count('"stablehlo.all_reduce"') == 3, text
+    assert "replica_groups = dense<[[0]]> : tensor<1x1xi64>" in text
+    torch.testing.assert_close(rx.cpu(), torch.arange(6.0).view(2, 3) * 0.5)
+    torch.testing.assert_close(ri.cpu(), torch.tensor([1, 2]))  # int scale truncates, as the host path
+    torch.testing.assert_close(mx.cpu(), torch.arange(6.0).view(2, 3))
+    with pytest.raises(NotImplementedError, match="host backend"):
+        b.all_gather([x], 0, (0,))
+    with pytest.raises(ValueError):
+        b.all_reduce("and", [x], 1.0, (0,))
     monkeypatch.setenv("TORCH_XLA_COLLECTIVE_BACKEND", "host")
+    monkeypatch.setattr(collectives, "_backend", None)
     assert isinstance(collectives.backend(), collectives.HostGlooBackend)
 
 

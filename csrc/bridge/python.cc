@@ -10,6 +10,8 @@
 #include <unordered_set>
 
 #include "bridge/bridge.h"
+
+#include <map>
 #include "lowering/stablehlo.h"
 #include "ops/op_table.h"
 #include "util/metrics.h"
@@ -329,6 +331,32 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_stablehlo_export", &ExportStableHlo, py::arg("outputs"), py::arg("inputs"));
   m.def("_run_stablehlo", &RunStableHlo, py::arg("text"), py::arg("args"), py::arg("device") = 0);
+  m.def("_all_reduce_ingraph", [](const std::vector<at::Tensor>& ts, const std::string& kind, double scale,
+                                   const std::vector<std::vector<int64_t>>& groups) {
+    // In-graph collectives: stablehlo.all_reduce over replica groups (the ids of the replicas of a
+    // multi-replica or multi-process PJRT computation), one op per tensor, results scaled.
+    static const std::map<std::string, ir::ReduceKind> kinds = {
+        {"sum", ir::ReduceKind::kSum}, {"mul", ir::ReduceKind::kProd}, {"min", ir::ReduceKind::kMin},
+        {"max", ir::ReduceKind::kMax}, {"and", ir::ReduceKind::kAnd}, {"or", ir::ReduceKind::kOr}};
+    auto it = kinds.find(kind);
+    if (it == kinds.end()) throw py::value_error("all_reduce: unknown reduce type '" + kind + "'");
+    std::vector<at::Tensor> out;
+    for (const auto& x : XlaTensors(ts)) {
+      if (!x->error().empty()) throw std::runtime_error(x->error());
+      ir::Value v = ir::AllReduce(it->second, x->GetValue(), groups);
+      if (scale != 1.0) {
+        ir::DType t = v.dtype();
+        if (ir::IsFloating(t)) {
+          v = ir::Binary(ir::Op::kMul, v, ir::Full(scale, v.shape()));
+        } else {  // as the host path: (x * scale).to(dtype), truncating
+          ir::Value f = ir::Convert(v, ir::DType::kF64);
+          v = ir::Convert(ir::Binary(ir::Op::kMul, f, ir::Full(scale, f.shape())), t);
+        }
+      }
+      out.push_back(bridge::MakeXla(graph::TensorFromValue(v, x->device())));
+    }
+    return out;
+  }, py::arg("tensors"), py::arg("reduce_type"), py::arg("scale"), py::arg("groups"));
   m.def("_optimization_barrier", [](const std::vector<at::Tensor>& ts) {
     // Routes the tensors' values through one stablehlo.optimization_barrier (same values).
     auto xs = XlaTensors(ts);

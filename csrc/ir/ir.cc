@@ -56,7 +56,7 @@ const char* OpName(Op op) {
       "broadcast_in_dim", "reshape", "transpose", "slice", "concatenate", "pad", "reverse",
       "dynamic_slice", "dynamic_update_slice",
       "reduce", "arg_reduce", "reduce_window", "arg_reduce_window", "select_and_scatter", "sort", "cumulative",
-      "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier"};
+      "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -529,6 +529,17 @@ void SetMatMulPrecision(int precision) {
 }
 
 int MatMulPrecision() { return g_mat_mul_precision.load(); }
+
+Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<int64_t>>& groups) {
+  if (groups.empty() || groups[0].empty()) Fail("all_reduce: replica groups must not be empty");
+  for (const auto& g : groups) {
+    if (g.size() != groups[0].size()) Fail("all_reduce: replica groups must all have the same size");
+  }
+  Attrs a;
+  a.ints = groups;
+  a.n = static_cast<int64_t>(kind);
+  return Make(Op::kAllReduce, {x}, x.shape(), a);
+}
 
 std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs) {
   if (xs.empty()) return {};

@@ -64,6 +64,8 @@ enum class Op : uint16_t {
   // randomness
   kRngBitGenerator,
   kOptimizationBarrier,
+  // collectives (in-graph, across replicas)
+  kAllReduce,
   kNumOps
 };
 const char* OpName(Op op);
@@ -190,6 +192,8 @@ Value SelectAndScatter(const Value& operand, const Value& source, const Value& i
 // OptimizationBarrier over several values: returns the same values, which XLA may not move
 // computations across.
 std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs);
+// Cross-replica all-reduce of x over each group of replica ids (groups partition the replicas).
+Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<int64_t>>& groups);
 
 // Precision of dot_general and convolution nodes built from now on (PyTorch/XLA's
 // set_mat_mul_precision): 0 = DEFAULT, 1 = HIGH, 2 = HIGHEST. Recorded in each node's attributes,

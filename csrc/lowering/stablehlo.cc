@@ -383,6 +383,21 @@ class Emitter {
       case Op::kOptimizationBarrier:
         Line(n, "stablehlo.optimization_barrier", "");
         return;
+      case Op::kAllReduce: {
+        auto kind = static_cast<ir::ReduceKind>(A.n);
+        // A plain reducer: collectives accept only a single combining op (no NaN-propagating select).
+        std::string region = BinaryRegion(ReducerOp(kind, out.dtype), out.dtype);
+        std::ostringstream rg;
+        rg << "replica_groups = dense<[";
+        for (size_t g = 0; g < A.ints.size(); ++g) {
+          rg << (g ? ", " : "") << "[";
+          for (size_t k = 0; k < A.ints[g].size(); ++k) rg << (k ? ", " : "") << A.ints[g][k];
+          rg << "]";
+        }
+        rg << "]> : tensor<" << A.ints.size() << "x" << A.ints[0].size() << "xi64>";
+        Line(n, "stablehlo.all_reduce", rg.str(), region);
+        return;
+      }
       case Op::kDeviceData:
       case Op::kNumOps:
         break;

@@ -43,9 +43,20 @@ bool IsComplexT(DType t) { return t == DType::kC64 || t == DType::kC128; }
 using Rule = std::function<void(OpArgs&)>;
 
 // First tensor argument's dtype must not be integral (bool included): eager's kernel is float-only.
-Rule FloatKernel(const std::string& kernel, size_t k = 0) {
-  return [=](OpArgs& a) {  // an empty input never reaches eager's kernel
-    if (!a.IsNone(k) && a.V(k).shape().numel() > 0 && ir::IsIntegral(a.V(k).dtype(), true)) NotImpl(kernel, a.V(k).dtype());
+// skip_empty: eager's kernel (and its dtype dispatch) never runs for an empty input (softmax); other
+// kernels dispatch on dtype first (gelu of an empty int tensor raises too).
+Rule FloatKernel(const std::string& kernel, size_t k = 0, bool skip_empty = true) {
+  return [=](OpArgs& a) {
+    if (a.IsNone(k) || (skip_empty && a.V(k).shape().numel() == 0)) return;
+    if (ir::IsIntegral(a.V(k).dtype(), true)) NotImpl(kernel, a.V(k).dtype());
+  };
+}
+Rule FloatNorm(size_t k = 0) {
+  return [=](OpArgs& a) {
+    DType t = a.V(k).dtype();
+    if (!ir::IsFloating(t) && !IsComplexT(t)) {
+      a.Fail(std::string("linalg.vector_norm: Expected a floating point or complex tensor as input. Got ") + TypeName(t));
+    }
   };
 }
 Rule BitwiseInts(const std::string& kernel, bool scalar) {
@@ -151,6 +162,26 @@ const std::unordered_map<std::string, Rule>& Rules() {
        }},
       {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
       {"round", NoBool("round_vml_cpu")},
+      {"ceil", NoBool("ceil_vml_cpu")},
+      {"floor", NoBool("floor_vml_cpu")},
+      {"silu", FloatKernel("silu_cpu", 0, false)},
+      {"softplus", FloatKernel("softplus_cpu", 0, false)},
+      {"gelu", FloatKernel("GeluKernelImpl", 0, false)},
+      {"bitwise_not", [](OpArgs& a) {
+         if (ir::IsFloating(a.V(0).dtype())) NotImpl("bitwise_not_cpu", a.V(0).dtype());
+       }},
+      {"neg", [](OpArgs& a) {
+         if (a.V(0).dtype() == DType::kPred) {
+           a.Fail("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a "
+                  "mask, use the `~` or `logical_not()` operator instead.");
+         }
+       }},
+      {"div.Tensor_mode", [](OpArgs& a) {
+         if (a.IsNone(2) || ResultType({&a.T(0), &a.T(1)}) != DType::kPred) return;
+         NotImpl(a.Str(2) == "trunc" ? "div_trunc_cpu" : "div_floor_cpu", DType::kPred);
+       }},
+      {"norm.Scalar", FloatNorm()},
+      {"norm.ScalarOpt_dim", FloatNorm()},
       {"bitwise_and.Tensor", BitwiseInts("bitwise_and_cpu", false)},
       {"bitwise_and.Scalar", BitwiseInts("bitwise_and_cpu", true)},
       {"bitwise_or.Tensor", BitwiseInts("bitwise_or_cpu", false)},

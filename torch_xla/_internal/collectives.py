@@ -7,11 +7,11 @@
   pending work its inputs need (one graph for all of them, ``_C._sync(inputs)``), reads them to
   the CPU, exchanges them with torch.distributed's gloo backend and gives back device tensors.
   Lists of tensors travel as ONE flat buffer per dtype, in one gloo call per dtype.
-* :class:`InGraphBackend` (TODO): collectives lowered into the graph as StableHLO
-  ``all_reduce``/``all_gather``/... over the replicas of a multi-process PJRT client (NCCL on
-  GPU, ICI on TPU). It needs the plugin's multi-process client options (``node_id``,
-  ``num_nodes``, kv-store callbacks) and replica-mode compilation; it is not written yet and
-  ``TORCH_XLA_COLLECTIVE_BACKEND=ingraph`` raises NotImplementedError.
+* :class:`InGraphBackend` (partial): collectives lowered into the graph as StableHLO
+  (``all_reduce`` so far) over the replicas of a multi-process PJRT client (NCCL on GPU, ICI on
+  TPU). Running it across processes still needs the plugin's multi-process client options
+  (``node_id``, ``num_nodes``, kv-store callbacks) and replica-mode compilation;
+  ``TORCH_XLA_COLLECTIVE_BACKEND=ingraph`` selects it.
 
 Every backend exchanges with the ranks of one *group* (a tuple of global ranks, the world when
 ``groups`` is None). Results are ordered by position in the group. Rendezvous (bytes) goes through
@@ -61,15 +61,51 @@ class CollectiveBackend:
 
 
 class InGraphBackend(CollectiveBackend):
-    """TODO: collectives as StableHLO ops inside the graph (accelerators with multi-process PJRT
-    clients). See the module docstring."""
+    """Collectives as StableHLO ops inside the graph, over the replicas of the computation (the
+    processes of a multi-process PJRT client on GPU/TPU: NCCL/ICI do the exchange, no host copy).
+
+    Done so far: ``all_reduce`` (lazy: it adds ``stablehlo.all_reduce`` with ``replica_groups`` to
+    the pending graph). The other collectives raise NotImplementedError naming the host backend.
+    Replica ids are global ranks (one device per process). On the CPU plugin, which has no
+    cross-process collectives, a multi-process job cannot use this backend (the constructor says
+    so); a single process (group ``(0,)``) compiles and runs it, which is what the tests check.
+    """
 
     name = "ingraph"
 
     def __init__(self):
-        raise NotImplementedError(
-            "in-graph collectives (StableHLO all_reduce/all_gather across processes) are not implemented "
-            "yet; unset TORCH_XLA_COLLECTIVE_BACKEND to use the host (gloo) collectives")
+        if world.world_size() > 1 and os.environ.get("PJRT_DEVICE", "CPU").strip().upper() in ("", "CPU"):
+            raise NotImplementedError(
+                "in-graph collectives need a PJRT plugin with cross-process collectives (GPU, TPU); the CPU "
+                "plugin has none: unset TORCH_XLA_COLLECTIVE_BACKEND to use the host (gloo) collectives")
+
+    def all_reduce(self, reduce_type, tensors, scale, group):
+        from torch_xla import _C
+        if not tensors:
+            return []
+        if tuple(group) != tuple(range(world.world_size())):
+            raise NotImplementedError(
+                "in-graph all_reduce over a sub-group needs every group of the partition; use the host backend")
+        for t in tensors:
+            if reduce_type in ("and", "or") and (t.dtype.is_floating_point or t.dtype.is_complex):
+                raise ValueError(f"all_reduce {reduce_type!r} needs integer or bool tensors, got {t.dtype}")
+        return list(_C._all_reduce_ingraph(list(tensors), reduce_type, float(scale), [list(group)]))
+
+    def _host_only(self, what):
+        raise NotImplementedError(f"in-graph {what} is not lowered yet; use the host backend "
+                                  "(unset TORCH_XLA_COLLECTIVE_BACKEND)")
+
+    def all_gather(self, tensors, dim, group):
+        self._host_only("all_gather")
+
+    def reduce_scatter(self, reduce_type, tensors, scale, scatter_dim, group):
+        self._host_only("reduce_scatter")
+
+    def all_to_all(self, tensor, split_dimension, concat_dimension, group):
+        self._host_only("all_to_all")
+
+    def broadcast(self, tensors, root, group):
+        self._host_only("broadcast")
 
 
 # --------------------------------------------------------------------------------------------------
