@@ -15,11 +15,14 @@ struct ModuleSpec {
   int num_replicas = 1;
   int num_partitions = 1;
   bool locations = false;  // emit loc("file":line:0) from node scopes
+  // XLA_USE_BF16 / XLA_USE_F16: f32 and f64 values are emitted as this type (kF32 = no downcast).
+  ir::DType float_type = ir::DType::kF32;
 };
 
 std::string EmitStableHlo(const ModuleSpec& spec);
 
 // Text of a scalar constant of type t as an MLIR dense literal (hex for floats: exact, inf/nan-safe).
+// Inside EmitStableHlo, t is first mapped to the module's physical type (ModuleSpec::float_type).
 std::string ScalarLiteral(double f, int64_t n, ir::DType t);
 
 }  // namespace txla::lowering
