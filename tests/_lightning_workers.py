@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning as L
-from lightning.pytorch.callbacks import BasePredictionWriter, Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import BasePredictionWriter, EarlyStopping, ModelCheckpoint
 
 GLOBAL_BATCH = 8
 N = 64
@@ -119,16 +119,6 @@ class Boring(L.LightningModule):
                        os.path.join(self.record, f"seen_rank{st.global_rank}.pt"))
 
 
-class EpochWeights(Callback):
-    """Records the weights at the end of each training epoch (rank 0)."""
-
-    def __init__(self):
-        self.by_epoch = {}
-
-    def on_train_epoch_end(self, trainer, pl_module):
-        self.by_epoch[trainer.current_epoch] = {k: v.detach().cpu().clone() for k, v in pl_module.state_dict().items()}
-
-
 class PredWriter(BasePredictionWriter):
     """Each rank writes the (gathered) predictions it holds: Lightning returns none from trainer.predict
     with a strategy that forks."""
@@ -174,22 +164,39 @@ def mode_cpu_ref(out):
     res = {"plain_accelerator": type(t.accelerator).__name__, "xla_available": XLAAccelerator.is_available(),
            "xla_count": XLAAccelerator.auto_device_count()}
     assert isinstance(t.accelerator, CPUAccelerator)
-    ew = EpochWeights()
     m = Boring()
-    t = trainer(accelerator="cpu", devices=1, max_epochs=4, callbacks=[ew], gradient_clip_val=0.1,
-                gradient_clip_algorithm="norm", enable_checkpointing=False)
+    clip = dict(gradient_clip_val=0.1, gradient_clip_algorithm="norm", enable_checkpointing=False)
+    t = trainer(accelerator="cpu", devices=1, max_epochs=3, **clip)
     train, val = loaders(1)
     t.fit(m, train, val)
-    res["by_epoch"] = ew.by_epoch
+    res["weights"] = weights(m)
     res["fit_metrics"] = {k: float(v) for k, v in t.callback_metrics.items()}
     res["validate"] = t.validate(m, val, verbose=False)
     res["test"] = t.test(m, val, verbose=False)
     preds = t.predict(m, val)
     res["predict"] = torch.cat([p["pred"] for p in preds])
+    m4 = Boring()  # four epochs: what resuming the 3-epoch checkpoint for one more epoch must give
+    t = trainer(accelerator="cpu", devices=1, max_epochs=4, **clip)
+    t.fit(m4, *loaders(1))
+    res["weights_4"] = weights(m4)
     mm = Boring(manual=True)
     t = trainer(accelerator="cpu", devices=1, max_epochs=2, enable_checkpointing=False)
     t.fit(mm, *loaders(1))
     res["manual"] = weights(mm)
+    # Fabric's reference: its XLA strategy gives each rank a non-shuffling DistributedSampler, so
+    # global batch b is samples 8b..8b+7; a plain loop over batches of 8, two epochs.
+    fm = Boring()
+    fo = torch.optim.SGD(fm.parameters(), lr=0.2, momentum=0.5)
+    for _ in range(2):
+        for x, y, _i in DataLoader(data(), batch_size=GLOBAL_BATCH):
+            loss = torch.nn.functional.mse_loss(fm(x), y)
+            fo.zero_grad()
+            loss.backward()
+            fo.step()
+    res["fabric"] = weights(fm)
+    from lightning.fabric.accelerators import xla as fx
+    res["gates"] = {"available": bool(fx._XLA_AVAILABLE), "ge_2_1": bool(fx._XLA_GREATER_EQUAL_2_1),
+                    "ge_2_5": bool(fx._XLA_GREATER_EQUAL_2_5)}
     torch.save(res, os.path.join(out, "cpu_ref.pt"))
 
 
@@ -225,7 +232,9 @@ def mode_xla1(out, ckpt):
     """One process (SingleDeviceXLAStrategy): fit/validate/test/predict, resume from the 4-process
     checkpoint, manual optimization with clipping by value, Lightning's own errors."""
     from lightning.pytorch.accelerators import XLAAccelerator
-    res = {"xla_available": XLAAccelerator.is_available(), "xla_count": XLAAccelerator.auto_device_count()}
+    from lightning.fabric.accelerators.xla import _using_pjrt
+    res = {"xla_available": XLAAccelerator.is_available(), "xla_count": XLAAccelerator.auto_device_count(),
+           "using_pjrt": _using_pjrt()}
     t = L.Trainer(accelerator="tpu", strategy="xla", devices="auto", logger=False)
     res["auto_devices"] = t.num_devices
     # Lightning refuses strategy="xla" on one device (as on a TPU): its error, unchanged.
@@ -263,9 +272,10 @@ def mode_xla1(out, ckpt):
 
 def mode_bf16(out):
     """precision="bf16-true" on one process: XLA_USE_BF16 is set by Lightning before the runtime starts."""
+    from lightning.pytorch.profilers import XLAProfiler
     m = Boring()
     t = trainer(accelerator="tpu", devices=1, precision="bf16-true", max_epochs=3, gradient_clip_val=0.1,
-                gradient_clip_algorithm="norm", enable_checkpointing=False)
+                gradient_clip_algorithm="norm", enable_checkpointing=False, profiler=XLAProfiler(port=9229))
     t.fit(m, *loaders(1))
     res = {"weights": weights(m), "bf16_env": m.seen["bf16_env"], "env_after": os.environ.get("XLA_USE_BF16")}
     torch.save(res, os.path.join(out, "bf16.pt"))

@@ -800,6 +800,7 @@ std::vector<Value> RootsOf(const std::vector<TensorPtr>& tensors) {
 }  // namespace
 
 void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts) {
+  RefreshDebugLevel();
   std::vector<TensorPtr> all = tensors ? *tensors : LiveTensors();
   if (opts.eager) {  // eager ops that used the RNG also advance the seed: run it too, or its chain grows
     std::lock_guard<std::mutex> g(g_rng_mu);
@@ -905,16 +906,21 @@ void InitializeCache(const std::string& path, bool readonly) {
   g_cache_readonly = readonly;
 }
 
-int DebugLevel() {
-  static int level = [] {
-    const char* e = std::getenv("PT_XLA_DEBUG");
-    const char* l = std::getenv("PT_XLA_DEBUG_LEVEL");
-    bool on = e && *e && std::strcmp(e, "0") != 0;
-    if (!on) return 0;
-    return l && *l ? std::max(1, std::atoi(l)) : 1;
-  }();
-  return level;
+namespace {
+int ReadDebugLevel() {
+  const char* e = std::getenv("PT_XLA_DEBUG");
+  const char* l = std::getenv("PT_XLA_DEBUG_LEVEL");
+  bool on = e && *e && std::strcmp(e, "0") != 0;
+  if (!on) return 0;
+  return l && *l ? std::max(1, std::atoi(l)) : 1;
 }
+std::atomic<int> g_debug_level{ReadDebugLevel()};
+}  // namespace
+
+// Cached for the per-op scope check; re-read at every sync, so PT_XLA_DEBUG set by a framework
+// after the runtime started (Lightning's strategy="xla_debug" sets it in its setup) takes effect.
+int DebugLevel() { return g_debug_level.load(std::memory_order_relaxed); }
+void RefreshDebugLevel() { g_debug_level.store(ReadDebugLevel(), std::memory_order_relaxed); }
 
 bool HloDebug() {
   static bool on = [] {

@@ -133,6 +133,7 @@ void InitializeCache(const std::string& path, bool readonly);
 bool AnyComputationRan();
 // Debug output (PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL): compile reasons with source lines.
 int DebugLevel();
+void RefreshDebugLevel();  // re-reads PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL (done at every sync)
 bool HloDebug();  // XLA_HLO_DEBUG: Python source locations in the StableHLO
 // Source-line provider (installed by the Python bridge); called only when debugging is on.
 void SetScopeProvider(std::function<std::string()> provider);
