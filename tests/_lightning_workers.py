@@ -31,13 +31,14 @@ def data():
 
 
 class Boring(L.LightningModule):
-    def __init__(self, manual: bool = False, gather_loss: bool = False, record: str = ""):
+    def __init__(self, manual: bool = False, gather_loss: bool = False, record: str = "", tied: bool = True):
         super().__init__()
         torch.manual_seed(0)
         self.inp = torch.nn.Linear(8, 16)
         self.hid = torch.nn.Linear(16, 16)
         self.hid2 = torch.nn.Linear(16, 16)
-        self.hid2.weight = self.hid.weight  # tied parameter
+        if tied:
+            self.hid2.weight = self.hid.weight  # tied parameter
         self.out = torch.nn.Linear(16, 2)
         self.automatic_optimization = not manual
         self.gather_loss = gather_loss
@@ -185,7 +186,7 @@ def mode_cpu_ref(out):
     res["manual"] = weights(mm)
     # Fabric's reference: its XLA strategy gives each rank a non-shuffling DistributedSampler, so
     # global batch b is samples 8b..8b+7; a plain loop over batches of 8, two epochs.
-    fm = Boring()
+    fm = Boring(tied=False)
     fo = torch.optim.SGD(fm.parameters(), lr=0.2, momentum=0.5)
     for _ in range(2):
         for x, y, _i in DataLoader(data(), batch_size=GLOBAL_BATCH):
@@ -285,7 +286,9 @@ def _fabric_fn(fabric, out):
     import torch_xla.distributed.parallel_loader as pl
     rank, world = fabric.global_rank, fabric.world_size
     res = {"rank": rank, "world": world, "device": str(fabric.device)}
-    model = Boring()
+    # Untied: moving a module to an XLA device makes new Parameters per module (upstream too), and
+    # unlike the Trainer, Fabric does not re-tie shared weights after the move.
+    model = Boring(tied=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.5)
     model, opt = fabric.setup(model, opt)
     dl = fabric.setup_dataloaders(DataLoader(data(), batch_size=GLOBAL_BATCH // world))
@@ -308,7 +311,7 @@ def _fabric_fn(fabric, out):
     path = os.path.join(out, "fabric.ckpt")
     fabric.save(path, {"model": model, "opt": opt, "step": 7})
     fabric.barrier()
-    m2 = Boring()
+    m2 = Boring(tied=False)
     o2 = torch.optim.SGD(m2.parameters(), lr=0.2, momentum=0.5)
     m2, o2 = fabric.setup(m2, o2)
     state = {"model": m2, "opt": o2, "step": 0}

@@ -124,7 +124,7 @@ void SetConfigResolver(std::function<RuntimeConfig()> resolver) {
 bool ClientStarted() { return g_client != nullptr; }
 
 namespace {
-DType g_float_type = DType::kF32;  // XLA_USE_BF16 / XLA_USE_F16, fixed when the runtime starts
+DType g_float_type = DType::kF32;  // XLA_USE_BF16 / XLA_USE_F16, read at the first transfer or compile
 
 bool EnvFlag(const char* name) {
   const char* v = std::getenv(name);
@@ -135,7 +135,17 @@ bool EnvFlag(const char* name) {
 }  // namespace
 
 DType FloatStorageType() {
-  GetClient();
+  // As PyTorch/XLA: read once, at the first transfer or compile (not when the client starts:
+  // Lightning's SingleDeviceXLAStrategy asks for its device before its precision plugin sets
+  // XLA_USE_BF16), then fixed for the process.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (EnvFlag("XLA_USE_BF16")) {
+      g_float_type = DType::kBF16;
+    } else if (EnvFlag("XLA_USE_F16")) {
+      g_float_type = DType::kF16;
+    }
+  });
   return g_float_type;
 }
 
@@ -179,13 +189,6 @@ runtime::Client& GetClient() {
     o.cpu_device_count = g_config.cpu_device_count;
     g_client = runtime::Client::Create(o);
     runtime::WatchForFork();
-    // As PyTorch/XLA: read once, when the runtime starts (Lightning's precision="bf16-true" sets it
-    // before its worker processes start their runtimes).
-    if (EnvFlag("XLA_USE_BF16")) {
-      g_float_type = DType::kBF16;
-    } else if (EnvFlag("XLA_USE_F16")) {
-      g_float_type = DType::kF16;
-    }
   }
   return *g_client;
 }

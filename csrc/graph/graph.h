@@ -65,7 +65,7 @@ runtime::Client& GetClient();
 const RuntimeConfig& Config();
 int DeviceCount();  // starts the client
 void CheckDevice(int device);  // throws std::out_of_range with a clear message
-// XLA_USE_BF16=1 (XLA_USE_F16=1), read once when the runtime starts: f32 and f64 tensors are
+// XLA_USE_BF16=1 (XLA_USE_F16=1), read once at the first transfer or compile: f32 and f64 tensors are
 // stored and computed as bf16 (f16) on the device while their torch dtype stays f32/f64; host
 // copies narrow on upload and widen on read. FloatStorageType() is kF32 when neither is set.
 ir::DType FloatStorageType();
