@@ -182,3 +182,30 @@ def test_failing_rank_ends_fit(jobs):
     assert "Process 2 terminated with the following error" in r.stderr
     assert "[PT_XLA_DEBUG] compile" in r.stderr + r.stdout
     assert took < 30, took
+
+
+def test_surface_lightning_reads():
+    """What Lightning 2.6 reads from torch_xla, in this (non-XLA-configured) process."""
+    import importlib.metadata
+
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.profiler as xp
+    import torch_xla.distributed.fsdp  # noqa: F401  (XLAFSDPStrategy imports it)
+    import torch_xla.runtime as xr
+    from torch_xla._internal import tpu
+
+    assert importlib.metadata.version("torch_xla") == "2.9.0+txla"
+    assert isinstance(tpu.num_available_devices(), int)
+    env = tpu.get_tpu_env()
+    assert {"ACCELERATOR_TYPE", "TYPE"} <= env.keys()
+    assert xr.device_type() is not None
+    info = xm.get_memory_info(torch.device("xla", 0))
+    assert info["kb_total"] > 0 and 0 <= info["kb_free"] <= info["kb_total"]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert xp.start_server(9231) is not None
+    with xp.Trace("training_step"):
+        pass
+    with xp.StepTrace("validation_step", step_num=1):
+        pass
