@@ -209,3 +209,16 @@ def test_surface_lightning_reads():
         pass
     with xp.StepTrace("validation_step", step_num=1):
         pass
+
+
+def test_example_train_lightning(tmp_path):
+    """examples/train_lightning.py: the demo GPT through Lightning with 2 processes (a few steps)."""
+    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2")
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCH_XLA_SPAWNED"):
+        env.pop(k, None)
+    ex = os.path.join(os.path.dirname(HERE), "examples", "train_lightning.py")
+    r = subprocess.run([sys.executable, ex, "--steps", "4", "--batch-size", "8"], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-6000:]
+    assert "Epoch 0: 100%" in r.stdout + r.stderr  # Lightning's progress bar
+    assert "final metrics: loss=" in r.stdout and "val_loss=" in r.stdout
