@@ -124,6 +124,54 @@ void SetConfigResolver(std::function<RuntimeConfig()> resolver) {
 
 bool ClientStarted() { return g_client != nullptr; }
 
+namespace {
+DType g_float_type = DType::kF32;  // XLA_USE_BF16 / XLA_USE_F16, read at the first transfer or compile
+
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return false;
+  std::string s(v);
+  return !(s.empty() || s == "0" || s == "false" || s == "False" || s == "FALSE");
+}
+}  // namespace
+
+DType FloatStorageType() {
+  // As PyTorch/XLA: read once, at the first transfer or compile (not when the client starts:
+  // Lightning's SingleDeviceXLAStrategy asks for its device before its precision plugin sets
+  // XLA_USE_BF16), then fixed for the process.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (EnvFlag("XLA_USE_BF16")) {
+      g_float_type = DType::kBF16;
+    } else if (EnvFlag("XLA_USE_F16")) {
+      g_float_type = DType::kF16;
+    }
+  });
+  return g_float_type;
+}
+
+DType PhysicalDType(DType logical) {
+  DType f = FloatStorageType();
+  return (f != DType::kF32 && (logical == DType::kF32 || logical == DType::kF64)) ? f : logical;
+}
+
+namespace {
+// Host bytes of `logical` values in the device's physical type (narrowing f32/f64 to bf16/f16).
+runtime::Buffer UploadLogical(const void* data, DType logical, const std::vector<int64_t>& dims, int device) {
+  DType phys = PhysicalDType(logical);
+  if (phys == logical) return GetClient().ToDevice(data, logical, dims, device);
+  int64_t n = 1;
+  for (auto d : dims) n *= d;
+  std::vector<uint16_t> narrow(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float f = logical == DType::kF64 ? static_cast<float>(static_cast<const double*>(data)[i])
+                                     : static_cast<const float*>(data)[i];
+    narrow[i] = phys == DType::kBF16 ? FloatToBf16Bits(f) : FloatToHalfBits(f);
+  }
+  return GetClient().ToDevice(narrow.data(), phys, dims, device);
+}
+}  // namespace
+
 runtime::Client& GetClient() {
   if (runtime::InForkedChild()) {
     throw std::runtime_error(
@@ -166,7 +214,7 @@ TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device) {
   runtime::Buffer buf;
   {
     metrics::Timer timer("TransferToDeviceTime");
-    buf = GetClient().ToDevice(data, shape.dtype, shape.dims, device);
+    buf = UploadLogical(data, shape.dtype, shape.dims, device);
   }
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
@@ -183,7 +231,23 @@ void TensorToHost(const TensorPtr& t, void* dst) {
   }
   size_t bytes = static_cast<size_t>(t->shape().numel()) * runtime::ElementSize(t->shape().dtype);
   if (bytes == 0) return;
-  {
+  DType logical = t->shape().dtype, phys = PhysicalDType(logical);
+  if (phys != logical) {  // XLA_USE_BF16 / XLA_USE_F16: widen the device's bf16/f16 to f32/f64
+    size_t n = static_cast<size_t>(t->shape().numel());
+    std::vector<uint16_t> narrow(n);
+    {
+      metrics::Timer timer("TransferFromDeviceTime");
+      t->data()->buffer.ToHost(narrow.data(), n * 2);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      float f = phys == DType::kBF16 ? Bf16BitsToFloat(narrow[i]) : HalfBitsToFloat(narrow[i]);
+      if (logical == DType::kF64) {
+        static_cast<double*>(dst)[i] = f;
+      } else {
+        static_cast<float*>(dst)[i] = f;
+      }
+    }
+  } else {
     metrics::Timer timer("TransferFromDeviceTime");
     t->data()->buffer.ToHost(dst, bytes);
   }
@@ -246,7 +310,7 @@ Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
   char bytes[16];
   ScalarBytes(v, iv, t, bytes, imag);
   ir::Shape shape(t, {});
-  runtime::Buffer buf = GetClient().ToDevice(bytes, t, {}, device);
+  runtime::Buffer buf = UploadLogical(bytes, t, {}, device);
   auto data = std::make_shared<ir::DeviceData>(std::move(buf), shape, device);
   data->donatable = false;  // the cache reuses it in later graphs
   Value node = ir::MakeDeviceData(data);
@@ -581,6 +645,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   spec.locations = HloDebug();
   spec.aliases = aliases;
   if (!aliases.empty()) metrics::IncrementCounter("InputOutputAliasCount", static_cast<int64_t>(aliases.size()));
+  spec.float_type = FloatStorageType();
   std::string text = lowering::EmitStableHlo(spec);
   if (DebugLevel() > 0 && !opts.eager) {
     std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
@@ -788,6 +853,7 @@ std::vector<Value> RootsOf(const std::vector<TensorPtr>& tensors) {
 }  // namespace
 
 void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts) {
+  RefreshDebugLevel();
   std::vector<TensorPtr> all = tensors ? *tensors : LiveTensors();
   if (opts.eager) {  // eager ops that used the RNG also advance the seed: run it too, or its chain grows
     std::lock_guard<std::mutex> g(g_rng_mu);
@@ -839,6 +905,7 @@ std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
   spec.post_order = po.nodes;
   spec.params = po.params;
   spec.locations = HloDebug();
+  spec.float_type = FloatStorageType();
   return lowering::EmitStableHlo(spec);
 }
 
@@ -898,16 +965,21 @@ void InitializeCache(const std::string& path, bool readonly) {
   g_cache_readonly = readonly;
 }
 
-int DebugLevel() {
-  static int level = [] {
-    const char* e = std::getenv("PT_XLA_DEBUG");
-    const char* l = std::getenv("PT_XLA_DEBUG_LEVEL");
-    bool on = e && *e && std::strcmp(e, "0") != 0;
-    if (!on) return 0;
-    return l && *l ? std::max(1, std::atoi(l)) : 1;
-  }();
-  return level;
+namespace {
+int ReadDebugLevel() {
+  const char* e = std::getenv("PT_XLA_DEBUG");
+  const char* l = std::getenv("PT_XLA_DEBUG_LEVEL");
+  bool on = e && *e && std::strcmp(e, "0") != 0;
+  if (!on) return 0;
+  return l && *l ? std::max(1, std::atoi(l)) : 1;
 }
+std::atomic<int> g_debug_level{ReadDebugLevel()};
+}  // namespace
+
+// Cached for the per-op scope check; re-read at every sync, so PT_XLA_DEBUG set by a framework
+// after the runtime started (Lightning's strategy="xla_debug" sets it in its setup) takes effect.
+int DebugLevel() { return g_debug_level.load(std::memory_order_relaxed); }
+void RefreshDebugLevel() { g_debug_level.store(ReadDebugLevel(), std::memory_order_relaxed); }
 
 bool HloDebug() {
   static bool on = [] {

@@ -65,6 +65,11 @@ runtime::Client& GetClient();
 const RuntimeConfig& Config();
 int DeviceCount();  // starts the client
 void CheckDevice(int device);  // throws std::out_of_range with a clear message
+// XLA_USE_BF16=1 (XLA_USE_F16=1), read once at the first transfer or compile: f32 and f64 tensors are
+// stored and computed as bf16 (f16) on the device while their torch dtype stays f32/f64; host
+// copies narrow on upload and widen on read. FloatStorageType() is kF32 when neither is set.
+ir::DType FloatStorageType();
+ir::DType PhysicalDType(ir::DType logical);
 
 // ---- Scalars as graph inputs: 0 and 1 are constants; other values are uploaded once and cached,
 // so changing a scalar (learning rate, bias correction) never recompiles.
@@ -132,6 +137,7 @@ void InitializeCache(const std::string& path, bool readonly);
 bool AnyComputationRan();
 // Debug output (PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL): compile reasons with source lines.
 int DebugLevel();
+void RefreshDebugLevel();  // re-reads PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL (done at every sync)
 bool HloDebug();  // XLA_HLO_DEBUG: Python source locations in the StableHLO
 // Source-line provider (installed by the Python bridge); called only when debugging is on.
 void SetScopeProvider(std::function<std::string()> provider);

@@ -18,8 +18,16 @@ using ir::Value;
 
 namespace {
 
-std::string T(const Shape& s) { return s.ToString(); }
-std::string ScalarT(DType t) { return Shape(t, {}).ToString(); }
+// The physical float type of the module being emitted (XLA_USE_BF16: f32/f64 -> bf16).
+thread_local DType t_float_type = DType::kF32;
+DType Phys(DType t) {
+  return (t_float_type != DType::kF32 && (t == DType::kF32 || t == DType::kF64)) ? t_float_type : t;
+}
+std::string T(const Shape& s) {
+  if (Phys(s.dtype) == s.dtype) return s.ToString();
+  return Shape(Phys(s.dtype), s.dims).ToString();
+}
+std::string ScalarT(DType t) { return Shape(Phys(t), {}).ToString(); }
 
 std::string I64Array(const std::vector<int64_t>& v) {
   std::string s = "array<i64";
@@ -645,7 +653,7 @@ class Emitter {
 
 std::string ScalarLiteral(double f, int64_t n, DType t) {
   char buf[64];
-  switch (t) {
+  switch (Phys(t)) {
     case DType::kPred: return (n != 0 || f != 0) ? "dense<true>" : "dense<false>";
     case DType::kF32: {
       float v = static_cast<float>(f);
@@ -678,6 +686,13 @@ std::string ScalarLiteral(double f, int64_t n, DType t) {
   }
 }
 
-std::string EmitStableHlo(const ModuleSpec& spec) { return Emitter(spec).Run(); }
+std::string EmitStableHlo(const ModuleSpec& spec) {
+  struct Restore {
+    DType prev = t_float_type;
+    ~Restore() { t_float_type = prev; }
+  } restore;
+  t_float_type = spec.float_type;
+  return Emitter(spec).Run();
+}
 
 }  // namespace txla::lowering

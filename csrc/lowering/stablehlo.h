@@ -18,11 +18,14 @@ struct ModuleSpec {
   // (parameter index, result index): the parameter's buffer is donated to that result
   // (tf.aliasing_output; XLA aliases them and PJRT donates the input buffer at execution).
   std::vector<std::pair<int, int>> aliases;
+  // XLA_USE_BF16 / XLA_USE_F16: f32 and f64 values are emitted as this type (kF32 = no downcast).
+  ir::DType float_type = ir::DType::kF32;
 };
 
 std::string EmitStableHlo(const ModuleSpec& spec);
 
 // Text of a scalar constant of type t as an MLIR dense literal (hex for floats: exact, inf/nan-safe).
+// Inside EmitStableHlo, t is first mapped to the module's physical type (ModuleSpec::float_type).
 std::string ScalarLiteral(double f, int64_t n, ir::DType t);
 
 }  // namespace txla::lowering

@@ -40,4 +40,34 @@ inline uint16_t FloatToBf16Bits(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+inline float Bf16BitsToFloat(uint16_t b) {
+  uint32_t x = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+inline float HalfBitsToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t x;
+  if (exp == 0x1F) {
+    x = sign | 0x7F800000 | (mant << 13);
+  } else if (exp == 0) {
+    if (mant == 0) {
+      x = sign;
+    } else {  // subnormal half: normalize
+      int e = -1;
+      do { mant <<= 1; ++e; } while ((mant & 0x400) == 0);
+      x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else {
+    x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
 }  // namespace txla
