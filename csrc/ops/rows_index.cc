@@ -302,8 +302,12 @@ Value NearestIndex(int64_t out, int64_t in, std::optional<double> scale) {
   return ir::Clamp(ir::Full(0, i.shape()), i, ir::Full(static_cast<double>(in - 1), i.shape()));
 }
 
-// [out, in] interpolation matrix for linear resampling along one dim.
-Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+// Linear resampling along one dim: output o reads input positions i0, i1 [out] (i64) with weights
+// l0, l1 [out] (f32), as eager's source-index rule.
+struct LinearTaps {
+  Value i0, i1, l0, l1;
+};
+LinearTaps LinearTapsOf(int64_t out, int64_t in, bool align_corners, std::optional<double> scale) {
   ir::Shape fs(DType::kF32, {out});
   Value o = ir::Iota(fs, 0);
   Value src;
@@ -316,11 +320,18 @@ Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<do
                      ir::Full(0.5, fs));
     src = ir::Binary(Op::kMax, src, ir::Full(0, fs));
   }
-  Value i0f = ir::Unary(Op::kFloor, src);
-  Value i0 = ir::Binary(Op::kMin, ir::Convert(i0f, DType::kS64), ir::Full(static_cast<double>(in - 1), ir::Shape(DType::kS64, {out})));
-  Value i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, i0, ir::Full(1, i0.shape())), ir::Full(static_cast<double>(in - 1), i0.shape()));
-  Value l1 = ir::Binary(Op::kSub, src, ir::Convert(i0, DType::kF32));
-  Value l0 = ir::Binary(Op::kSub, ir::Full(1, fs), l1);
+  ir::Shape is(DType::kS64, {out});
+  LinearTaps t;
+  t.i0 = ir::Binary(Op::kMin, ir::Convert(ir::Unary(Op::kFloor, src), DType::kS64), ir::Full(static_cast<double>(in - 1), is));
+  t.i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, t.i0, ir::Full(1, is)), ir::Full(static_cast<double>(in - 1), is));
+  t.l1 = ir::Binary(Op::kSub, src, ir::Convert(t.i0, DType::kF32));
+  t.l0 = ir::Binary(Op::kSub, ir::Full(1, fs), t.l1);
+  return t;
+}
+
+// [out, in] interpolation matrix for linear resampling along one dim.
+Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+  auto [i0, i1, l0, l1] = LinearTapsOf(out, in, align_corners, scale);
   ir::Shape ms(DType::kS64, {out, in});
   Value col = ir::Iota(ms, 1);
   auto row = [&](const Value& v) { return ir::BroadcastInDim(v, {out, in}, {0}); };
@@ -346,24 +357,8 @@ Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
 }
 
 Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale) {
-  int64_t in = x.dims()[dim];
+  auto [i0, i1, l0, l1] = LinearTapsOf(out, x.dims()[dim], align_corners, scale);
   ir::Shape fs(DType::kF32, {out});
-  Value o = ir::Iota(fs, 0);
-  Value src;
-  if (align_corners) {
-    double s = out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
-    src = ir::Binary(Op::kMul, o, ir::Full(s, fs));
-  } else {
-    double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
-    src = ir::Binary(Op::kSub, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, ir::Full(0.5, fs)), ir::Full(s, fs)),
-                     ir::Full(0.5, fs));
-    src = ir::Binary(Op::kMax, src, ir::Full(0, fs));
-  }
-  ir::Shape is(DType::kS64, {out});
-  Value i0 = ir::Binary(Op::kMin, ir::Convert(ir::Unary(Op::kFloor, src), DType::kS64), ir::Full(static_cast<double>(in - 1), is));
-  Value i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, i0, ir::Full(1, is)), ir::Full(static_cast<double>(in - 1), is));
-  Value l1 = ir::Binary(Op::kSub, src, ir::Convert(i0, DType::kF32));
-  Value l0 = ir::Binary(Op::kSub, ir::Full(1, fs), l1);
   std::vector<int64_t> od = x.dims();
   od[dim] = out;
   auto tap = [&](const Value& idx, const Value& w) {

@@ -67,6 +67,17 @@ V MinMaxDim(const OpArgs& a, ir::ArgKind kind) {
   return {vals, idx};
 }
 
+// addmm/baddbmm/addmv: beta * self + alpha * product (args 0, 3, 4), beta == 0 ignoring self.
+Value BetaSelfPlusAlpha(const OpArgs& a, Value m) {
+  DType t = m.dtype();
+  if (a.S(4).AsDouble() != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
+  double beta = a.S(3).AsDouble();
+  if (beta == 0.0) return m;
+  Value s = Cast(a.V(0), t);
+  if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
+  return Bin(Op::kAdd, BroadcastTo(s, m.dims()), m);
+}
+
 Value BatchedMatmul(const Value& a, const Value& b) {
   return ir::DotGeneral(a, b, {0}, {0}, {2}, {1}, a.dtype());
 }
@@ -153,38 +164,19 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     return {BatchedMatmul(x, y)};
   }});
   rows.push_back({"addmm", [](OpArgs& a) -> V {
-    Value self = a.V(0), m = Matmul2d(a.V(1), a.V(2));
-    DType t = m.dtype();
-    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
-    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
-    if (beta == 0.0) return {m};
-    Value s = Cast(self, t);
-    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
-    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+    return {BetaSelfPlusAlpha(a, Matmul2d(a.V(1), a.V(2)))};
   }});
   rows.push_back({"baddbmm", [](OpArgs& a) -> V {
     Value x = a.V(1), y = a.V(2);
     if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
     Value m = BatchedMatmul(x, y);
-    DType t = m.dtype();
-    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
-    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
-    if (beta == 0.0) return {m};
-    Value s = Cast(a.V(0), t);
-    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
-    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+    return {BetaSelfPlusAlpha(a, m)};
   }});
   rows.push_back({"addmv", [](OpArgs& a) -> V {
     Value mat = a.V(1), vec = a.V(2);
     if (mat.rank() != 2 || vec.rank() != 1) a.Fail("vector + matrix @ vector expected");
     Value m = ir::DotGeneral(mat, vec, {}, {}, {1}, {0}, mat.dtype());
-    DType t = m.dtype();
-    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
-    if (alpha != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
-    if (beta == 0.0) return {m};
-    Value s = Cast(a.V(0), t);
-    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), t, a.device));
-    return {Bin(Op::kAdd, BroadcastTo(s, m.dims()), m)};
+    return {BetaSelfPlusAlpha(a, m)};
   }});
   rows.push_back({"logsumexp", [](OpArgs& a) -> V {
     // Eager: m = amax (0 where infinite); log(sum(exp(x - m))) + m.
