@@ -212,6 +212,11 @@ def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output: Optional[
         results = [t.clone() if t.dim() else t.reshape(1).clone() for t in tensors]
     else:
         results = _collectives().all_gather(tensors, dim, group)
+    return _deliver(results, single, output)
+
+
+def _deliver(results, single: bool, output):
+    """Collective results: copied into ``output`` (a tensor or a list) when given, else returned."""
     if output is not None:
         outs = [output] if single else list(output)
         with torch.no_grad():
@@ -235,13 +240,7 @@ def reduce_scatter(reduce_type: str, input, scale: float, scatter_dim: int, shar
         results = [t * scale if scale != 1.0 else t.clone() for t in tensors]
     else:
         results = _collectives().reduce_scatter(reduce_type, tensors, float(scale), scatter_dim, group)
-    if output is not None:
-        outs = [output] if single else list(output)
-        with torch.no_grad():
-            for o, r in zip(outs, results):
-                o.copy_(r)
-        return output
-    return results[0] if single else results
+    return _deliver(results, single, output)
 
 
 def all_to_all(value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int, groups=None,
