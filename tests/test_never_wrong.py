@@ -321,3 +321,18 @@ def test_arange_unsupported_range():
         torch.arange(-5, NAN)
     with pytest.raises(RuntimeError, match="unsupported range"):
         torch.arange(-5, NAN, device=DEV)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_erf_and_gelu_special_values(dtype):
+    """erf reaches exactly +-1 (XLA's f32 polynomial stops at 0.99999982), so gelu's tails are
+    eager's: gelu(-20) = -0, gelu(-inf) = nan, gelu(+inf) = nan for f32/bf16 (inf for f64/f16)."""
+    xs = torch.tensor([-INF, INF, -20.0, -14.14, 14.14, 0.0, 3.0, NAN, 3.9192, -4.0], dtype=dtype)
+    for f in (torch.erf, F.gelu, lambda t: F.gelu(t, approximate="tanh")):
+        ref, got = f(xs), f(xs.to(DEV)).cpu()
+        assert torch.equal(ref.isnan(), got.isnan()), (f, ref, got)
+        num = ~ref.isnan()
+        assert torch.equal(ref.isinf(), got.isinf()) and torch.equal(ref.signbit()[num], got.signbit()[num]), (f, ref, got)
+        torch.testing.assert_close(got, ref, equal_nan=True)
+    big = torch.tensor([4.0, -5.0, 9.0, -14.14], dtype=dtype)
+    assert torch.equal(torch.erf(big.to(DEV)).cpu(), torch.erf(big))  # exactly +-1
