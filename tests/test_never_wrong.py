@@ -336,3 +336,31 @@ def test_erf_and_gelu_special_values(dtype):
         torch.testing.assert_close(got, ref, equal_nan=True)
     big = torch.tensor([4.0, -5.0, 9.0, -14.14], dtype=dtype)
     assert torch.equal(torch.erf(big.to(DEV)).cpu(), torch.erf(big))  # exactly +-1
+
+
+_I32 = torch.int32
+_MIXED_MATMULS = {
+    "bmm empty batch2": lambda d: torch.bmm(torch.ones(3, 4, 4, dtype=_I32, device=d), torch.ones(3, 4, 0, device=d)),
+    "bmm empty batch1": lambda d: torch.bmm(torch.ones(3, 0, 4, device=d), torch.ones(3, 4, 5, dtype=_I32, device=d)),
+    "bmm k=0": lambda d: torch.bmm(torch.ones(3, 4, 0, dtype=_I32, device=d), torch.ones(3, 0, 5, device=d)),
+    "bmm nonempty": lambda d: torch.bmm(torch.ones(3, 4, 4, dtype=_I32, device=d), torch.ones(3, 4, 5, device=d)),
+    "mm empty": lambda d: torch.mm(torch.ones(4, 4, dtype=_I32, device=d), torch.ones(4, 0, device=d)),
+    "matmul 2d@3d empty": lambda d: torch.matmul(torch.ones(4, 4, dtype=_I32, device=d), torch.ones(2, 4, 0, device=d)),
+    "matmul 3d@2d empty": lambda d: torch.matmul(torch.ones(2, 4, 4, dtype=_I32, device=d), torch.ones(4, 0, device=d)),
+    "matmul 4d@3d empty": lambda d: torch.matmul(torch.ones(3, 2, 4, 4, dtype=_I32, device=d), torch.ones(2, 4, 0, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MIXED_MATMULS))
+def test_mixed_dtype_matmul_like_eager(name):
+    """Eager's mm always refuses mixed dtypes; its bmm returns zeros in batch2's dtype when an
+    operand is empty (no dtype check), else refuses (seed 1913)."""
+    f = _MIXED_MATMULS[name]
+    try:
+        ref = f("cpu")
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            f(DEV).cpu()
+        return
+    got = f(DEV).cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape and torch.equal(got, ref)
