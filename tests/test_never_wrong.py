@@ -364,3 +364,36 @@ def test_mixed_dtype_matmul_like_eager(name):
         return
     got = f(DEV).cpu()
     assert got.dtype == ref.dtype and got.shape == ref.shape and torch.equal(got, ref)
+
+
+_EXIT_AFTER_BACKWARD = """
+import torch, torch_xla
+x = torch.randn(5, 4, 3).to(torch_xla.device()).requires_grad_()
+torch.erf(x).sum().backward()
+print("ok", tuple(x.grad.shape))
+"""
+
+
+def test_exit_right_after_backward_is_clean():
+    """A script that ends right after an XLA backward exits with 0: torch's autograd device thread
+    may still hold the finished pass (and a Python object in it) while the interpreter finalizes,
+    which aborted the process in about one run of four (exit code 134) before torch_xla drained
+    the device threads at exit (torch_xla/_internal/autograd_exit.py)."""
+    for _ in range(6):
+        r = subprocess.run([sys.executable, "-c", _EXIT_AFTER_BACKWARD], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "ok (5, 4, 3)" in r.stdout, (r.returncode, r.stderr[-2000:])
+
+
+def test_fallback_results_keep_eager_strides():
+    """An op that runs on the CPU fallback (fmax) gives its results eager's layout for the real
+    inputs, so reshape/flatten copy where eager copies (seed 1998: index_fill_ through
+    t.flatten(1) wrote into t)."""
+    def prog(d):
+        x = torch.arange(60.0).reshape(5, 4, 3).to(d).transpose(0, 1)
+        t = torch.fmax(x, torch.tensor(True).to(d))
+        v = t.flatten(1)
+        v.index_fill_(0, torch.tensor([2, 0]).to(d), 7)
+        return t.stride(), t.cpu(), v.cpu()
+    (rs, rt, rv), (gs, gt, gv) = prog("cpu"), prog(DEV)
+    assert rs == gs
+    assert torch.equal(rt, gt) and torch.equal(rv, gv)

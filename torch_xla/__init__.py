@@ -40,6 +40,12 @@ def _resolve_runtime():
 
 _C._set_config_resolver(_resolve_runtime)
 
+import atexit as _atexit
+
+from ._internal import autograd_exit as _autograd_exit
+
+_atexit.register(_autograd_exit.drain)
+
 
 def _check_index(index: int) -> int:
     if not isinstance(index, int) or isinstance(index, bool):

@@ -167,6 +167,51 @@ namespace {
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Eager gives an op's results the memory layout of its inputs (TensorIterator keeps a transposed
+// input's order), and layout decides whether reshape copies or aliases. When a result has the
+// shape of a dense, non-contiguous input, run the op on meta tensors laid out like the inputs and
+// take the result's strides from there. Contiguous inputs (the common case) cost nothing.
+void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs,
+                        const std::vector<c10::IValue>& results) {
+  bool candidate = false;
+  for (const auto& v : ivs) {
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || t.dim() < 2 || t.is_contiguous() || !t.is_non_overlapping_and_dense()) continue;
+    for (const auto& r : results) {
+      if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
+    }
+  }
+  if (!candidate) return;
+  const auto& rets = op.schema().returns();
+  for (const auto& ret : rets) {
+    if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
+  }
+  try {
+    torch::jit::Stack st;
+    for (const auto& v : ivs) {
+      if (v.isTensor() && v.toTensor().defined()) {
+        const at::Tensor& t = v.toTensor();
+        st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+      } else {
+        st.push_back(v);
+      }
+    }
+    at::AutoDispatchSkipFunctionalize guard;
+    op.callBoxed(st);
+    for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
+      if (!results[i].isTensor() || !st[i].isTensor()) continue;
+      const at::Tensor& out = results[i].toTensor();
+      const at::Tensor& meta = st[i].toTensor();
+      if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
+      if (!meta.sizes().equals(out.sizes()) || meta.is_contiguous() || !meta.is_non_overlapping_and_dense()) continue;
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
+    }
+  } catch (const std::exception&) {
+    // Layout only: keep contiguous results if the op has no meta kernel.
+  }
+}
+
 // Device indices from the user (device= arguments, .to("xla:N")) must exist: IndexError otherwise.
 int CheckedDevice(int index) {
   int n = graph::DeviceCount();
@@ -360,49 +405,9 @@ class RowKernel : public c10::OperatorKernel {
     }
   }
 
-  // Eager gives an op's results the memory layout of its inputs (TensorIterator keeps a transposed
-  // input's order), and layout decides whether reshape copies or aliases. When a result has the
-  // shape of a dense, non-contiguous input, run the op on meta tensors laid out like the inputs and
-  // take the result's strides from there. Contiguous inputs (the common case) cost nothing.
   static void ResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs,
                             const std::vector<c10::IValue>& results) {
-    bool candidate = false;
-    for (const auto& v : ivs) {
-      if (!v.isTensor()) continue;
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined() || t.dim() < 2 || t.is_contiguous() || !t.is_non_overlapping_and_dense()) continue;
-      for (const auto& r : results) {
-        if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
-      }
-    }
-    if (!candidate) return;
-    const auto& rets = op.schema().returns();
-    for (const auto& ret : rets) {
-      if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
-    }
-    try {
-      torch::jit::Stack st;
-      for (const auto& v : ivs) {
-        if (v.isTensor() && v.toTensor().defined()) {
-          const at::Tensor& t = v.toTensor();
-          st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
-        } else {
-          st.push_back(v);
-        }
-      }
-      at::AutoDispatchSkipFunctionalize guard;
-      op.callBoxed(st);
-      for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
-        if (!results[i].isTensor() || !st[i].isTensor()) continue;
-        const at::Tensor& out = results[i].toTensor();
-        const at::Tensor& meta = st[i].toTensor();
-        if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
-        if (!meta.sizes().equals(out.sizes()) || meta.is_contiguous() || !meta.is_non_overlapping_and_dense()) continue;
-        out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
-      }
-    } catch (const std::exception&) {
-      // Layout only: keep contiguous results if the op has no meta kernel.
-    }
+    EagerResultStrides(op, ivs, results);
   }
 
   // empty_strided with a dense layout (how CPU tensors' .to("xla") preserves a transposed layout):
@@ -641,6 +646,11 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] op %s is not lowered: running it on the CPU (fallback)\n",
                  op.schema().name().c_str());
   }
+  std::vector<c10::IValue> inputs;  // kept for the results' layout (below)
+  if (xla_device >= 0) {
+    auto ivs = torch::jit::last(*stack, op.schema().arguments().size());
+    inputs.assign(ivs.begin(), ivs.end());
+  }
   at::native::cpu_fallback(op, stack);
   if (xla_device < 0) return;
   auto rets = torch::jit::last(*stack, op.schema().returns().size());
@@ -652,6 +662,9 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = MakeXla(FromCpu(v.toTensor(), xla_device));
     }
   }
+  // The CPU computed on dense copies: give the results eager's layout for the real inputs.
+  auto outs = torch::jit::last(*stack, op.schema().returns().size());
+  EagerResultStrides(op, inputs, std::vector<c10::IValue>(outs.begin(), outs.end()));
 }
 
 void CopyInto(const at::Tensor& self, const at::Tensor& src) {
