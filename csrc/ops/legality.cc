@@ -197,6 +197,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"mm", NoBoolProduct("addmm_impl_cpu_", {0, 1})},
       {"addmm", NoBoolProduct("addmm_impl_cpu_", {1, 2})},
       {"bmm", NoBoolProduct("bmm", {0, 1})},
+      {"addmv", NoBoolProduct("addmv_impl_cpu", {1, 2})},
       {"addcdiv", [](OpArgs& a) {
          if (ir::IsIntegral(a.V(1).dtype(), true) && ir::IsIntegral(a.V(2).dtype(), true)) {
            a.Fail("Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform "

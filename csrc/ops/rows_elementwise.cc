@@ -45,7 +45,15 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
   return [=](OpArgs& a) -> V {
     const TensorArg& self = a.T(0);
     DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
-    if (t == DType::kPred && op == Op::kSub) a.Fail("Subtraction, the `-` operator, with two bool tensors is not supported.");
+    if (op == Op::kSub) {
+      bool self_bool = self.v.dtype() == DType::kPred;
+      bool other_bool = scalar_other ? a.S(1).kind == Scalar::kBool : a.V(1).dtype() == DType::kPred;
+      if (self_bool && other_bool) a.Fail("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+      if (self_bool || other_bool) {
+        a.Fail("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, "
+               "use the `~` or `logical_not()` operator instead.");
+      }
+    }
     DType ct = OpMath(t);  // eager computes bf16/f16 (scalars included) in float32, rounds once
     Value x = Cast(self.v, ct);
     Value y = scalar_other ? ScalarV(a.S(1), ct, a.device) : Cast(a.V(1), ct);
@@ -113,8 +121,12 @@ V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mo
     DType ft = FloatOf(t);
     return {Cast(TrueDiv(Cast(a.V(0), OpMath(ft)), Cast(other_in, OpMath(ft))), ft)};
   }
-  // Eager rounds the bf16/f16 quotient before trunc, but floors in float32 (div_floor_floating).
-  if (OpMath(t) != t && mode && *mode == "floor") return {Cast(DivMode(a, other_in, mode, OpMath(t))[0], t)};
+  // Eager rounds the bf16/f16 quotient before trunc, but floors in float32 (div_floor_floating) --
+  // of operands already rounded to bf16/f16 (a Python scalar 70000. is inf in f16).
+  if (OpMath(t) != t && mode && *mode == "floor") {
+    DType ct = OpMath(t);
+    return {Cast(FloorDivFloat(Cast(Cast(a.V(0), t), ct), Cast(Cast(other_in, t), ct)), t)};
+  }
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
     CheckNonZeroDivisor(y, a.device);

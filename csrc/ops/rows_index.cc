@@ -448,6 +448,9 @@ Value DiagonalScatter(const Value& self, const Value& src, int64_t offset, int64
 Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int64_t>>& dims_opt, bool keepdim,
                  std::optional<DType> dtype) {
   DType t = dtype.value_or(FloatOf(x.dtype()));
+  // f16/bf16 accumulate in float32 and round once, as eager's kernels do.
+  DType out_t = t;
+  if (t == DType::kF16 || t == DType::kBF16) t = DType::kF32;
   Value xc = ir::Unary(Op::kAbs, Cast(x, t));
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
   Value r;
@@ -464,6 +467,7 @@ Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int
     Value s = ir::Reduce(ir::ReduceKind::kSum, p, dims);
     r = ir::Binary(Op::kPow, s, ir::Full(1.0 / ord, s.shape()));
   }
+  r = Cast(r, out_t);
   return keepdim ? KeepDims(r, x.dims(), dims) : r;
 }
 
