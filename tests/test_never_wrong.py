@@ -433,3 +433,26 @@ def test_fuzz_4000_cases_match_eager(name):
     got = f(DEV).cpu()
     assert got.dtype == ref.dtype and got.shape == ref.shape
     assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got[~got.isnan()], ref[~ref.isnan()]), (got, ref)
+
+
+def test_a_failed_compile_costs_only_the_tensors_that_fail_alone():
+    """Fault injection: the graph of a sync fails to compile; every tensor whose own graph compiles
+    still gets its value, the failing one keeps the error as its reason, and later work goes on."""
+    from torch_xla import _C
+    x = torch.arange(6.0, device=DEV)
+    torch_xla.sync()
+    a = x.sin() + 1  # fine alone
+    b = x.cos() * 2  # its graph has the cosine that "fails to compile"
+    c = x * 3        # fine alone
+    _C._inject_compile_failure('"stablehlo.cosine"')
+    try:
+        with pytest.raises(RuntimeError, match="injected compile failure"):
+            torch_xla.sync()
+    finally:
+        _C._inject_compile_failure("")
+    ref = torch.arange(6.0)
+    torch.testing.assert_close(a.cpu(), ref.sin() + 1)
+    torch.testing.assert_close(c.cpu(), ref * 3)
+    with pytest.raises(RuntimeError, match="injected compile failure"):
+        b.cpu()
+    torch.testing.assert_close((x + 1).cpu(), ref + 1)  # the runtime carries on

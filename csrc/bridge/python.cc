@@ -277,6 +277,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_enter_compiled_region", &graph::EnterCompiledRegion);
   m.def("_exit_compiled_region", &graph::ExitCompiledRegion);
   m.def("_set_execution_forbidden", &graph::SetExecutionForbidden);
+  m.def("_inject_compile_failure", &graph::InjectCompileFailure, py::arg("needle"));
   m.def("_initialize_cache", [](const std::string& path, bool readonly) {
     try {
       graph::InitializeCache(path, readonly);

@@ -482,6 +482,7 @@ struct Computation {
 // ---- compilation control state
 std::mutex g_ctl_mu;
 std::string g_forbid_message;
+std::string g_fail_compile_needle;  // InjectCompileFailure (tests)
 std::atomic<bool> g_eager{false};
 std::atomic<int> g_region_depth{0};
 std::atomic<bool> g_any_computation{false};
@@ -675,6 +676,12 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   if (!from_disk) {
     metrics::Timer timer(opts.eager ? "EagerOpCompileTime" : "CompileTime");
     try {
+      {
+        std::lock_guard<std::mutex> g(g_ctl_mu);
+        if (!g_fail_compile_needle.empty() && text.find(g_fail_compile_needle) != std::string::npos) {
+          throw std::runtime_error("injected compile failure (module contains '" + g_fail_compile_needle + "')");
+        }
+      }
       comp->exe = GetClient().Compile(text, copts);
     } catch (const std::exception& e) {
       const char* dump = std::getenv("TXLA_DUMP_ON_ERROR");
@@ -926,6 +933,11 @@ size_t CompileCacheSize() {
 void ClearCompileCache() {
   std::lock_guard<std::mutex> g(g_cache_mu);
   Cache().clear();
+}
+
+void InjectCompileFailure(const std::string& needle) {
+  std::lock_guard<std::mutex> g(g_ctl_mu);
+  g_fail_compile_needle = needle;
 }
 
 void SetExecutionForbidden(const std::string& message) {

@@ -127,6 +127,9 @@ void ClearCompileCache();
 // ---- Compilation under the user's control.
 // While set (torch_xla.compile(full_graph=True)), any execution raises with this message.
 void SetExecutionForbidden(const std::string& message);  // "" lifts it
+// Tests only: a compile of a module whose StableHLO text contains `needle` fails ("" turns it off),
+// to check that a failed graph costs only the tensors that fail alone.
+void InjectCompileFailure(const std::string& needle);
 // Eager mode: every op outside compiled regions runs at once.
 void SetEagerMode(bool on);
 bool EagerMode();
