@@ -395,3 +395,23 @@ def test_cuda_client_options_from_env(clean_env):
     clean_env.setenv("PJRT_ALLOCATOR_FRACTION", "1.5")
     with pytest.raises(ValueError, match="PJRT_ALLOCATOR_FRACTION"):
         plugins.client_options("CUDA")
+
+
+def test_cpu_plugin_choice(clean_env, tmp_path):
+    clean_env.delenv("TORCH_XLA_CPU_PLUGIN", raising=False)
+    installed = plugins.cpu_plugins()
+    assert "xla-cpu-pjrt" in installed  # scripts/setup.sh installs it: the default
+    assert plugins.plugin_for("CPU")[0] == installed["xla-cpu-pjrt"]
+    clean_env.setenv("TORCH_XLA_CPU_PLUGIN", "xla_cpu_pjrt")
+    assert plugins.plugin_for("CPU")[0] == installed["xla-cpu-pjrt"]
+    so = tmp_path / "my_cpu_plugin.so"
+    so.write_bytes(b"")
+    clean_env.setenv("TORCH_XLA_CPU_PLUGIN", str(so))
+    assert plugins.plugin_for("CPU") == (str(so), "CPU")
+    clean_env.setenv("TORCH_XLA_CPU_PLUGIN", "no-such-plugin")
+    with pytest.raises(ValueError, match="TORCH_XLA_CPU_PLUGIN"):
+        plugins.plugin_for("CPU")
+    if "lammps-jax-pjrt-cpu" not in installed:
+        clean_env.setenv("TORCH_XLA_CPU_PLUGIN", "lammps-jax-pjrt-cpu")
+        with pytest.raises(RuntimeError, match="not installed"):
+            plugins.plugin_for("CPU")

@@ -9,6 +9,8 @@ Environment:
   TORCH_XLA_PLUGIN_PATH     device type (the first one set wins).
   TPU_LIBRARY_PATH          libtpu.so to use for TPU (the usual libtpu override).
   CPU_NUM_DEVICES           number of CPU devices (default: the plugin's choice).
+  TORCH_XLA_CPU_PLUGIN      which installed CPU plugin: xla-cpu-pjrt (the default when
+                            installed) or lammps-jax-pjrt-cpu, or the path of a CPU plugin .so.
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ _DEVICES: dict[str, _DeviceSpec] = {
     "CPU": _DeviceSpec(
         "the PJRT CPU plugin",
         "pip install xla-cpu-pjrt",
-        (_Candidate("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so", "xla_plugins", "xla_cpu_pjrt"),),
+        (
+            _Candidate("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so", "xla_plugins", "xla_cpu_pjrt"),
+            # XLA's CPU PJRT plugin built from jaxlib 0.11.2's XLA (PyPI: lammps-jax-pjrt-cpu);
+            # used when selected with TORCH_XLA_CPU_PLUGIN, or when it is the only one installed.
+            _Candidate("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"),
+        ),
     ),
     "CUDA": _DeviceSpec(
         "a PJRT CUDA plugin",
@@ -157,6 +164,10 @@ def plugin_for(device_type: str | None = None) -> tuple[str, str]:
             if not os.path.isfile(tpu_path):
                 raise RuntimeError(f"TPU_LIBRARY_PATH={tpu_path!r} does not name an existing file")
             return os.path.abspath(tpu_path), canonical
+    if canonical == "CPU":
+        choice = os.environ.get("TORCH_XLA_CPU_PLUGIN", "").strip()
+        if choice:
+            return _chosen_cpu_plugin(choice), canonical
     for candidate in spec.candidates:
         path = _locate(candidate)
         if path is not None:
@@ -165,6 +176,34 @@ def plugin_for(device_type: str | None = None) -> tuple[str, str]:
         f"PJRT_DEVICE={canonical} needs {spec.what}: {spec.pip}"
         f" (or set {_OVERRIDE_VARS[0]} to the plugin .so)"
     )
+
+
+# TORCH_XLA_CPU_PLUGIN names: the wheel (as pip spells it) -> its candidate.
+_CPU_PLUGIN_NAMES = {"xla-cpu-pjrt": 0, "lammps-jax-pjrt-cpu": 1}
+
+
+def cpu_plugins() -> dict:
+    """Installed CPU PJRT plugins: {wheel name: path of its .so}, in default-preference order."""
+    out = {}
+    for name, index in _CPU_PLUGIN_NAMES.items():
+        path = _locate(_DEVICES["CPU"].candidates[index])
+        if path is not None:
+            out[name] = path
+    return out
+
+
+def _chosen_cpu_plugin(choice: str) -> str:
+    """TORCH_XLA_CPU_PLUGIN: a wheel name from _CPU_PLUGIN_NAMES or a path of a plugin .so."""
+    key = choice.lower().replace("_", "-")
+    if key in _CPU_PLUGIN_NAMES:
+        path = _locate(_DEVICES["CPU"].candidates[_CPU_PLUGIN_NAMES[key]])
+        if path is None:
+            raise RuntimeError(f"TORCH_XLA_CPU_PLUGIN={choice!r}: that plugin is not installed (pip install {key})")
+        return path
+    if os.path.isfile(choice):
+        return os.path.abspath(choice)
+    raise ValueError(f"TORCH_XLA_CPU_PLUGIN={choice!r}: expected one of {', '.join(_CPU_PLUGIN_NAMES)} "
+                     "or the path of a PJRT CPU plugin .so")
 
 
 def device_type_from_env() -> str:
