@@ -56,7 +56,8 @@ const char* OpName(Op op) {
       "broadcast_in_dim", "reshape", "transpose", "slice", "concatenate", "pad", "reverse",
       "dynamic_slice", "dynamic_update_slice",
       "reduce", "arg_reduce", "reduce_window", "arg_reduce_window", "select_and_scatter", "sort", "cumulative",
-      "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce"};
+      "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
+      "sharding"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -85,6 +86,7 @@ std::string Node::ToString() const {
   for (size_t i = 0; i < shapes.size(); ++i) os << (i ? ", " : "") << shapes[i].ToString();
   for (const auto& v : attrs.ints) os << " " << DimsToString(v);
   if (op == Op::kConstant) os << " value=" << attrs.f;
+  if (op == Op::kSharding) os << " " << attrs.s;
   if ((op == Op::kDotGeneral || op == Op::kConvolution) && attrs.n > 0) {
     os << " precision=" << (attrs.n == 1 ? "HIGH" : "HIGHEST");
   }
@@ -539,6 +541,17 @@ Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<i
   a.ints = groups;
   a.n = static_cast<int64_t>(kind);
   return Make(Op::kAllReduce, {x}, x.shape(), a);
+}
+
+Value AnnotateSharding(const Value& x, const Sharding& sharding) {
+  Attrs a;
+  a.s = sharding.ToString();
+  return Make(Op::kSharding, {x}, x.shape(), a);
+}
+
+void DeviceData::Await() const {
+  if (buffer) buffer.Await();
+  for (const auto& b : shards) b.Await();
 }
 
 std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs) {
