@@ -50,6 +50,17 @@ void RegisterSpmdBindings(py::module& m) {
   m.def("_xla_mark_sharding_text", [](const at::Tensor& t, const std::string& text) {
     graph::spmd::MarkSharding(XlaFromUser(t), *ir::ParseShardingText(text));
   });
+  // A CPU tensor uploaded straight into its shards (SPMD input pipelines): no replicated copy first.
+  m.def("_xla_tensor_from_cpu_sharded", [](const at::Tensor& cpu_in, std::vector<int64_t> tile_dims,
+                                           std::vector<int64_t> devices, bool replicate_last) {
+    if (!graph::spmd::Enabled()) throw std::runtime_error("sharded upload needs SPMD mode: call use_spmd() first");
+    TORCH_CHECK(cpu_in.device().is_cpu(), "_xla_tensor_from_cpu_sharded expects a CPU tensor");
+    at::Tensor cpu = cpu_in.contiguous();
+    ir::Shape shape(ToDType(cpu.scalar_type()), std::vector<int64_t>(cpu.sizes().begin(), cpu.sizes().end()));
+    auto s = std::make_shared<ir::Sharding>(ir::Sharding::Tiled(std::move(tile_dims), std::move(devices), replicate_last));
+    s->ShardDims(shape.dims);  // std::invalid_argument (ValueError) when it does not divide
+    return MakeXla(graph::TensorFromHost(cpu.data_ptr(), shape, 0, s));
+  });
   m.def("_xla_clear_sharding", [](const at::Tensor& t) { graph::spmd::ClearSharding(XlaFromUser(t)); });
   m.def("_get_xla_sharding_spec", [](const at::Tensor& t) { return graph::spmd::ShardingSpec(XlaFromUser(t)); });
   m.def("_get_xla_sharding_type", [](const at::Tensor& t) -> py::object {

@@ -246,12 +246,12 @@ void CheckDevice(int device) {
   }
 }
 
-TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device) {
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding) {
   CheckDevice(device);
   ir::DeviceDataPtr d;
   {
     metrics::Timer timer("TransferToDeviceTime");
-    d = UploadData(data, shape, device);
+    d = UploadData(data, shape, device, sharding && sharding->IsReplicated() ? nullptr : std::move(sharding));
   }
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);

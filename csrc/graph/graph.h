@@ -48,7 +48,8 @@ class TensorData {
 using TensorPtr = std::shared_ptr<TensorData>;
 
 TensorPtr TensorFromValue(ir::Value v, int device);
-TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device);
+// In SPMD mode, `sharding` lays the data out across the devices (null: replicated).
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding = nullptr);
 // Runs what the tensor needs (if pending) and copies it to dst (numel * element size bytes).
 void TensorToHost(const TensorPtr& t, void* dst);
 

@@ -209,7 +209,7 @@ runtime::CompileOptions PrepareModule(lowering::ModuleSpec* spec) {
 Hash128 HashParamShardings(Hash128 key, const std::vector<const ir::Node*>& params) {
   key = HashCombine(key, 0x5B3Dull);
   for (const ir::Node* p : params) {
-    key = p->data->sharding ? HashAll(key, p->data->sharding->ToString()) : HashCombine(key, 0x7Eull);
+    key = HashAll(key, p->data->ShardingText());  // null and replicated are the same layout
   }
   return key;
 }
@@ -478,7 +478,7 @@ ir::DeviceDataPtr Relayout(const ir::DeviceData& d, ir::ShardingPtr s) {
   if (!host.empty()) AssembleToHost(d, host.data(), host.size());
   metrics::Timer timer("TransferToDeviceTime");
   auto out = std::make_shared<ir::DeviceData>(UploadShards(host.data(), phys, d.shape.dims, s.get()), d.shape, d.device,
-                                              s && s->IsReplicated() ? nullptr : s);
+                                              s);
   return out;
 }
 }  // namespace
@@ -496,7 +496,10 @@ void MarkSharding(const TensorPtr& t, const ir::Sharding& sharding) {
   const ir::DeviceDataPtr& d = t->data();
   if (!d) throw std::runtime_error("internal: XLA tensor has neither data nor a pending value");
   if (d->sharding && *d->sharding == sharding) return;
-  if (!d->sharding && sharding.IsReplicated()) return;
+  if (!d->sharding && sharding.IsReplicated()) {  // laid out so already: now also annotated
+    d->sharding = s;
+    return;
+  }
   t->SetData(Relayout(*d, s));
 }
 

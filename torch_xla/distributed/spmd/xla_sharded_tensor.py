@@ -70,8 +70,11 @@ class XLAShardedTensor(torch.Tensor):
     def __repr__(self) -> str:
         return f"XLAShardedTensor({self.global_tensor!r}, sharding_spec={self.sharding_spec!r})"
 
+    # Operations are unwrapped at the Python level (__torch_function__), before the dispatcher: the
+    # global tensor then runs through functionalization and autograd like any XLA tensor (inside
+    # __torch_dispatch__ those keys are already passed).
     @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
         def unwrap(e):
             return e.global_tensor if isinstance(e, XLAShardedTensor) else e
 
@@ -79,4 +82,21 @@ class XLAShardedTensor(torch.Tensor):
             return XLAShardedTensor(e) if isinstance(e, torch.Tensor) and not isinstance(e, XLAShardedTensor) \
                 and e.device.type == "xla" else e
 
-        return tree_map(wrap, func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {})))
+        if func in (torch.Tensor.__repr__, torch.Tensor.__str__, torch.Tensor.__format__):
+            return func(*args, **(kwargs or {}))
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        if func is torch.Tensor.__getattribute__ or getattr(func, "__name__", "") in ("__get__", "__set__"):
+            return out
+        return tree_map(wrap, out)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def unwrap(e):
+            return e.global_tensor if isinstance(e, XLAShardedTensor) else e
+
+        # Reached only by calls made below Python (e.g. autograd's engine); functionalization is
+        # skipped from here, so the global tensors' functional wrappers are re-entered explicitly.
+        exclude = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.Functionalize)
+        with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+            return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))

@@ -255,6 +255,12 @@ class ShardingSpec:
     def apply(self, t: torch.Tensor) -> None:
         mark_sharding(t, self.mesh, self.partition_spec)
 
+    def upload(self, t: torch.Tensor) -> torch.Tensor:
+        """A CPU tensor -> an XLA tensor laid out in its shards (each device receives only its own)."""
+        _require_spmd("ShardingSpec.upload()")
+        tile_dims, devices, replicate_last = _tile_assignment(self.mesh, self.partition_spec, tuple(t.shape))
+        return _C._xla_tensor_from_cpu_sharded(t, tile_dims, devices, replicate_last)
+
     def can_apply(self, t: torch.Tensor) -> bool:
         return isinstance(t, torch.Tensor) and t.dim() == len(self.partition_spec)
 
