@@ -385,7 +385,11 @@ std::vector<ir::ShardingPtr> OutputShardings(const runtime::Executable& exe, con
                              "', which cannot be read for output shardings");
   }
   OpSharding o;
-  if (!FindOutputSharding(module, &o)) {
+  bool found = FindOutputSharding(module, &o);
+  if (!found && NumDevices() == 1) {  // one partition: XLA does not partition, everything is whole
+    return std::vector<ir::ShardingPtr>(roots.size(), std::make_shared<Sharding>(Sharding::Replicated()));
+  }
+  if (!found) {
     throw std::runtime_error("SPMD: the compiled program carries no output shardings (spmd_output_sharding)");
   }
   std::vector<ir::ShardingPtr> out;
