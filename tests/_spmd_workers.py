@@ -361,6 +361,11 @@ def loader_input_sharding():
         assert torch.equal(y.cpu(), cy)
         seen += 1
     assert seen == 3
+    import torch_xla.core.xla_model as xm
+    cx = torch.randn(8, 5)
+    (moved,) = xm.send_cpu_data_to_device([cx], torch_xla.device(), input_sharding=xs.ShardingSpec(mesh, (0, None)))
+    assert _XLAC._get_xla_sharding_spec(moved) == "{devices=[4,1]0,1,2,3}"
+    _close(moved.cpu(), cx, what="send_cpu_data_to_device")
 
 
 @case("basic")
