@@ -15,6 +15,7 @@ import time
 import uuid
 
 import pytest
+import numpy as np
 import torch
 
 import torch_xla
@@ -234,13 +235,113 @@ def test_in_graph_all_reduce_stablehlo_and_single_replica_run(monkeypatch):
     torch.testing.assert_close(rx.cpu(), torch.arange(6.0).view(2, 3) * 0.5)
     torch.testing.assert_close(ri.cpu(), torch.tensor([1, 2]))  # int scale truncates, as the host path
     torch.testing.assert_close(mx.cpu(), torch.arange(6.0).view(2, 3))
-    with pytest.raises(NotImplementedError, match="host backend"):
-        b.all_gather([x], 0, (0,))
     with pytest.raises(ValueError):
         b.all_reduce("and", [x], 1.0, (0,))
     monkeypatch.setenv("TORCH_XLA_COLLECTIVE_BACKEND", "host")
     monkeypatch.setattr(collectives, "_backend", None)
     assert isinstance(collectives.backend(), collectives.HostGlooBackend)
+
+
+def _reduce_np(kind, arrays):
+    fn = {"sum": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+          "and": np.bitwise_and, "or": np.bitwise_or}[kind]
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = fn(out, a)
+    return out
+
+
+@pytest.mark.parametrize("partition", [((0, 1, 2, 3),), ((0, 1), (2, 3)), ((3, 1), (0, 2))])
+def test_in_graph_collectives_run_on_four_replicas(partition):
+    """Every in-graph collective, traced as one process would trace it, then compiled for 4 replicas
+    and run on XLA:CPU's in-process collectives (one replica per device, each with its own input):
+    each replica's results equal a reference computed with numpy from all replicas' inputs."""
+    from torch_xla import _core
+    from torch_xla._internal import collectives, plugins, world
+    client = _core.runtime.Client.create(plugins.plugin_for("CPU")[0], cpu_device_count=4)
+    b = collectives.InGraphBackend()
+    d = torch_xla.device()
+    f = torch.zeros(4, 8, device=d)
+    i = torch.zeros(4, 8, dtype=torch.int32, device=d)
+    torch_xla.sync()
+    groups = {r: world.Group(g, partition) for g in partition for r in g}
+    root_pos = 1
+    cases = []  # (name, output tensor, reference(rank, f_inputs, i_inputs))
+    G = groups[0]  # replica groups don't depend on the rank: every rank traces the same graph
+    n = len(G)
+
+    def grp(r):
+        return groups[r]
+
+    def chunk(a, axis, pos):
+        return np.split(a, n, axis=axis)[pos]
+
+    for kind in ("sum", "mul", "max", "min"):
+        (out,) = b.all_reduce(kind, [f], 0.5 if kind == "sum" else 1.0, G)
+        cases.append((f"all_reduce {kind}", out, lambda r, F, I, kind=kind: _reduce_np(
+            kind, [F[m] for m in grp(r)]) * (0.5 if kind == "sum" else 1.0)))
+    for kind in ("and", "or", "sum"):
+        (out,) = b.all_reduce(kind, [i], 1.0, G)
+        cases.append((f"all_reduce {kind} i32", out, lambda r, F, I, kind=kind: _reduce_np(kind, [I[m] for m in grp(r)])))
+    (out,) = b.all_reduce("sum", [i], 0.5, G)  # integer scale truncates, as the host path
+    cases.append(("all_reduce sum i32 scaled", out,
+                  lambda r, F, I: (_reduce_np("sum", [I[m] for m in grp(r)]).astype(np.float64) * 0.5).astype(np.int32)))
+    for dim in (0, 1, -1):
+        (out,) = b.all_gather([f], dim, G)
+        cases.append((f"all_gather {dim}", out, lambda r, F, I, dim=dim: np.concatenate([F[m] for m in grp(r)], axis=dim)))
+    (out,) = b.all_gather([i[0, 0]], 0, G)  # 0-dim gathers into 1-dim
+    cases.append(("all_gather 0-dim", out, lambda r, F, I: np.stack([I[m][0, 0] for m in grp(r)])))
+    for kind, dim in (("sum", 0), ("max", 1), ("mul", 0)):
+        (out,) = b.reduce_scatter(kind, [f], 2.0 if kind == "sum" else 1.0, dim, G)
+        cases.append((f"reduce_scatter {kind} {dim}", out, lambda r, F, I, kind=kind, dim=dim: chunk(
+            _reduce_np(kind, [F[m] for m in grp(r)]) * (2.0 if kind == "sum" else 1.0), dim, grp(r).index(r))))
+    for split, concat in ((0, 1), (1, 0), (0, 0)):
+        out = b.all_to_all(f, split, concat, G)
+        cases.append((f"all_to_all {split}->{concat}", out, lambda r, F, I, split=split, concat=concat: np.concatenate(
+            [chunk(F[m], split, grp(r).index(r)) for m in grp(r)], axis=concat)))
+    (bf, bi) = b.broadcast([f, i], G[root_pos], G)
+    cases.append(("broadcast f32", bf, lambda r, F, I: F[grp(r)[root_pos]]))
+    cases.append(("broadcast i32", bi, lambda r, F, I: I[grp(r)[root_pos]]))
+
+    outs = [c[1] for c in cases]
+    text = xm.get_stablehlo(outs)
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert f'"stablehlo.{op}"' in text, op
+    groups_attr = ", ".join("[" + ", ".join(map(str, g)) + "]" for g in partition)
+    assert f"replica_groups = dense<[{groups_attr}]>" in text
+    rng = np.random.RandomState(0)
+    F = [rng.randn(4, 8).astype(np.float32) for _ in range(4)]
+    F[1][0, 0] = -0.0
+    I = [rng.randint(-50, 50, size=(4, 8)).astype(np.int32) for _ in range(4)]
+    # the graph's parameters are f then i (or only one of them), in first-use order
+    params = text.split("@main(")[1].split(")")[0]
+    order = ["f" if "f32" in p else "i" for p in params.split(", ")]
+    exe = client.compile(text, num_replicas=4, device_assignment=[[0], [1], [2], [3]])
+    args = [[client.to_device(F[r] if o == "f" else I[r], r) for o in order] for r in range(4)]
+    results = client.execute_replicated(exe, args, [0, 1, 2, 3])
+    for r in range(4):
+        for (name, t, ref), got in zip(cases, results[r]):
+            want = ref(r, F, I)
+            assert got.to_numpy().shape == tuple(t.shape), (name, r)
+            np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-6, err_msg=f"{name} on replica {r}")
+    # the broadcast is exact: the root's -0.0 stays -0.0
+    bpos = len(cases) - 2
+    assert np.signbit(results[0][bpos].to_numpy()[0, 0]) == np.signbit(F[groups[0][root_pos]][0, 0])
+
+
+def test_in_graph_collectives_errors():
+    from torch_xla._internal import collectives, world
+    b = collectives.InGraphBackend()
+    d = torch_xla.device()
+    x = torch.zeros(3, 4, device=d)
+    with pytest.raises(NotImplementedError, match="equal size"):
+        b.all_reduce("sum", [x], 1.0, world.Group((0, 1, 2), [(0, 1, 2), (3,)]))
+    with pytest.raises(ValueError, match="not divisible"):
+        b.reduce_scatter("sum", [x], 1.0, 0, world.Group((0, 1), [(0, 1)]))
+    with pytest.raises(ValueError, match="not divisible"):
+        b.all_to_all(x, 0, 1, world.Group((0, 1), [(0, 1)]))
+    with pytest.raises(ValueError, match="integer or bool"):
+        b.all_reduce("or", [x], 1.0, world.Group((0, 1), [(0, 1)]))
 
 
 def test_maybe_convert_to_cpu_and_atomic_save(tmp_path):
@@ -309,3 +410,23 @@ def test_loader_exception_reaches_training_loop():
         for _ in dl:
             seen += 1
     assert seen == 2
+
+
+def test_children_see_one_device_on_every_platform(monkeypatch):
+    """What each spawned child's environment narrows its plugin to: one device, as xla:0."""
+    from torch_xla.distributed import xla_multiprocessing as xmp_mod
+    env = xmp_mod._one_device_env
+    assert env("CPU", 2, 4) == {"CPU_NUM_DEVICES": "1"}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert env("CUDA", 3, 4) == {"CUDA_VISIBLE_DEVICES": "3", "GPU_NUM_DEVICES": "1"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert env("CUDA", 1, 4)["CUDA_VISIBLE_DEVICES"] == "5"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(ValueError, match="names 2 GPU"):
+        env("CUDA", 0, 4)
+    tpu = env("TPU", 2, 4)
+    assert tpu["TPU_VISIBLE_CHIPS"] == "2" and tpu["TPU_CHIPS_PER_PROCESS_BOUNDS"] == "1,1,1"
+    assert tpu["TPU_PROCESS_BOUNDS"] == "2,2,1" and tpu["TPU_PROCESS_PORT"] == "8478"
+    assert tpu["TPU_PROCESS_ADDRESSES"].split(",")[3] == "localhost:8479"
+    with pytest.raises(ValueError, match="1, 2, 4 or 8"):
+        env("TPU", 0, 3)

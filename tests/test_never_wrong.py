@@ -321,3 +321,46 @@ def test_arange_unsupported_range():
         torch.arange(-5, NAN)
     with pytest.raises(RuntimeError, match="unsupported range"):
         torch.arange(-5, NAN, device=DEV)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_erf_and_gelu_special_values(dtype):
+    """erf reaches exactly +-1 (XLA's f32 polynomial stops at 0.99999982), so gelu's tails are
+    eager's: gelu(-20) = -0, gelu(-inf) = nan, gelu(+inf) = nan for f32/bf16 (inf for f64/f16)."""
+    xs = torch.tensor([-INF, INF, -20.0, -14.14, 14.14, 0.0, 3.0, NAN, 3.9192, -4.0], dtype=dtype)
+    for f in (torch.erf, F.gelu, lambda t: F.gelu(t, approximate="tanh")):
+        ref, got = f(xs), f(xs.to(DEV)).cpu()
+        assert torch.equal(ref.isnan(), got.isnan()), (f, ref, got)
+        num = ~ref.isnan()
+        assert torch.equal(ref.isinf(), got.isinf()) and torch.equal(ref.signbit()[num], got.signbit()[num]), (f, ref, got)
+        torch.testing.assert_close(got, ref, equal_nan=True)
+    big = torch.tensor([4.0, -5.0, 9.0, -14.14], dtype=dtype)
+    assert torch.equal(torch.erf(big.to(DEV)).cpu(), torch.erf(big))  # exactly +-1
+
+
+_I32 = torch.int32
+_MIXED_MATMULS = {
+    "bmm empty batch2": lambda d: torch.bmm(torch.ones(3, 4, 4, dtype=_I32, device=d), torch.ones(3, 4, 0, device=d)),
+    "bmm empty batch1": lambda d: torch.bmm(torch.ones(3, 0, 4, device=d), torch.ones(3, 4, 5, dtype=_I32, device=d)),
+    "bmm k=0": lambda d: torch.bmm(torch.ones(3, 4, 0, dtype=_I32, device=d), torch.ones(3, 0, 5, device=d)),
+    "bmm nonempty": lambda d: torch.bmm(torch.ones(3, 4, 4, dtype=_I32, device=d), torch.ones(3, 4, 5, device=d)),
+    "mm empty": lambda d: torch.mm(torch.ones(4, 4, dtype=_I32, device=d), torch.ones(4, 0, device=d)),
+    "matmul 2d@3d empty": lambda d: torch.matmul(torch.ones(4, 4, dtype=_I32, device=d), torch.ones(2, 4, 0, device=d)),
+    "matmul 3d@2d empty": lambda d: torch.matmul(torch.ones(2, 4, 4, dtype=_I32, device=d), torch.ones(4, 0, device=d)),
+    "matmul 4d@3d empty": lambda d: torch.matmul(torch.ones(3, 2, 4, 4, dtype=_I32, device=d), torch.ones(2, 4, 0, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MIXED_MATMULS))
+def test_mixed_dtype_matmul_like_eager(name):
+    """Eager's mm always refuses mixed dtypes; its bmm returns zeros in batch2's dtype when an
+    operand is empty (no dtype check), else refuses (seed 1913)."""
+    f = _MIXED_MATMULS[name]
+    try:
+        ref = f("cpu")
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            f(DEV).cpu()
+        return
+    got = f(DEV).cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape and torch.equal(got, ref)

@@ -362,3 +362,36 @@ def test_plugins_cpu_device_count(clean_env):
         clean_env.setenv("CPU_NUM_DEVICES", bad)
         with pytest.raises(ValueError, match="CPU_NUM_DEVICES"):
             plugins.cpu_device_count()
+
+
+def test_client_create_options_reach_the_plugin():
+    """Named create options travel to the plugin as typed PJRT values (the CPU plugin reads
+    cpu_device_count from them and ignores names it doesn't know)."""
+    assert rt.Client.create(_cpu_plugin_path(), options={"no_such_option": [1, 2], "s": "x",
+                                                         "f": 0.5, "b": True}).num_devices() >= 1
+    with pytest.raises(TypeError, match="list value must hold ints"):
+        rt.Client.create(_cpu_plugin_path(), options={"visible_devices": [1.5]})
+    c = rt.Client.create(_cpu_plugin_path(), options={"cpu_device_count": 3})
+    assert c.num_devices() == 3
+
+
+def test_cuda_client_options_from_env(clean_env):
+    for var in ("PJRT_ALLOCATOR_PREALLOCATE", "XLA_PYTHON_CLIENT_PREALLOCATE", "PJRT_ALLOCATOR_FRACTION",
+                "XLA_PYTHON_CLIENT_MEM_FRACTION", "PJRT_ALLOCATOR_CUDA_ASYNC", "WORLD_SIZE", "LOCAL_RANK",
+                "TORCH_XLA_SPAWNED", "GPU_NUM_DEVICES"):
+        clean_env.delenv(var, raising=False)
+    assert plugins.client_options("CPU") == {}
+    assert plugins.client_options("CUDA") == {"preallocate": False}  # torch's CUDA tensors fit beside ours
+    clean_env.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    clean_env.setenv("PJRT_ALLOCATOR_PREALLOCATE", "1")
+    clean_env.setenv("GPU_NUM_DEVICES", "2")
+    assert plugins.client_options("CUDA") == {"preallocate": True, "memory_fraction": 0.5,
+                                              "visible_devices": [0, 1]}
+    clean_env.setenv("WORLD_SIZE", "4")  # a torchrun worker sees its own GPU
+    clean_env.setenv("LOCAL_RANK", "3")
+    assert plugins.client_options("CUDA")["visible_devices"] == [3]
+    clean_env.setenv("TORCH_XLA_SPAWNED", "1")  # xmp.spawn narrowed CUDA_VISIBLE_DEVICES already
+    assert "visible_devices" not in plugins.client_options("CUDA")
+    clean_env.setenv("PJRT_ALLOCATOR_FRACTION", "1.5")
+    with pytest.raises(ValueError, match="PJRT_ALLOCATOR_FRACTION"):
+        plugins.client_options("CUDA")

@@ -35,7 +35,7 @@ def _resolve_runtime():
     if device_type == "CPU" and (os.environ.get("TORCH_XLA_SPAWNED") == "1"
                                  or os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")):
         count = 1  # one process per device: each process of a multi-process job sees one device
-    return path, device_type, count
+    return path, device_type, count, _plugins.client_options(device_type)
 
 
 _C._set_config_resolver(_resolve_runtime)

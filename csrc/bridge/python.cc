@@ -13,6 +13,7 @@
 
 #include <map>
 #include "lowering/stablehlo.h"
+#include "python/client_options.h"
 #include "ops/op_table.h"
 #include "util/metrics.h"
 
@@ -147,6 +148,36 @@ std::vector<at::Tensor> RunStableHlo(const std::string& text, const std::vector<
   return out;
 }
 
+ir::ReduceKind CollectiveReduceKind(const std::string& kind) {
+  static const std::map<std::string, ir::ReduceKind> kinds = {
+      {"sum", ir::ReduceKind::kSum}, {"mul", ir::ReduceKind::kProd}, {"min", ir::ReduceKind::kMin},
+      {"max", ir::ReduceKind::kMax}, {"and", ir::ReduceKind::kAnd}, {"or", ir::ReduceKind::kOr}};
+  auto it = kinds.find(kind);
+  if (it == kinds.end()) throw py::value_error("unknown reduce type '" + kind + "'");
+  return it->second;
+}
+
+// A collective's result times `scale`, as the host path computes it: floating types multiply,
+// integer types go through f64 and truncate back.
+ir::Value Scaled(ir::Value v, double scale) {
+  if (scale == 1.0) return v;
+  ir::DType t = v.dtype();
+  if (ir::IsFloating(t)) return ir::Binary(ir::Op::kMul, v, ir::Full(scale, v.shape()));
+  ir::Value f = ir::Convert(v, ir::DType::kF64);
+  return ir::Convert(ir::Binary(ir::Op::kMul, f, ir::Full(scale, f.shape())), t);
+}
+
+// Applies a lazy collective `op` to each XLA tensor of `ts`; new XLA tensors on the same devices.
+template <typename F>
+std::vector<at::Tensor> InGraph(const std::vector<at::Tensor>& ts, F op) {
+  std::vector<at::Tensor> out;
+  for (const auto& x : XlaTensors(ts)) {
+    if (!x->error().empty()) throw std::runtime_error(x->error());
+    out.push_back(bridge::MakeXla(graph::TensorFromValue(op(x->GetValue()), x->device())));
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -174,6 +205,7 @@ PYBIND11_MODULE(_C, m) {
       c.plugin_path = t[0].cast<std::string>();
       c.device_type = t[1].cast<std::string>();
       c.cpu_device_count = t[2].cast<int64_t>();
+      if (t.size() > 3 && !t[3].is_none()) c.options = python::ClientOptionsFromDict(t[3].cast<py::dict>());
       return c;
     });
   });
@@ -339,32 +371,26 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_stablehlo_export", &ExportStableHlo, py::arg("outputs"), py::arg("inputs"));
   m.def("_run_stablehlo", &RunStableHlo, py::arg("text"), py::arg("args"), py::arg("device") = 0);
+  // In-graph collectives: StableHLO collectives over replica groups (the ids of the replicas of a
+  // multi-replica or multi-process PJRT computation), one op per tensor; lazy like any other op.
   m.def("_all_reduce_ingraph", [](const std::vector<at::Tensor>& ts, const std::string& kind, double scale,
                                    const std::vector<std::vector<int64_t>>& groups) {
-    // In-graph collectives: stablehlo.all_reduce over replica groups (the ids of the replicas of a
-    // multi-replica or multi-process PJRT computation), one op per tensor, results scaled.
-    static const std::map<std::string, ir::ReduceKind> kinds = {
-        {"sum", ir::ReduceKind::kSum}, {"mul", ir::ReduceKind::kProd}, {"min", ir::ReduceKind::kMin},
-        {"max", ir::ReduceKind::kMax}, {"and", ir::ReduceKind::kAnd}, {"or", ir::ReduceKind::kOr}};
-    auto it = kinds.find(kind);
-    if (it == kinds.end()) throw py::value_error("all_reduce: unknown reduce type '" + kind + "'");
-    std::vector<at::Tensor> out;
-    for (const auto& x : XlaTensors(ts)) {
-      if (!x->error().empty()) throw std::runtime_error(x->error());
-      ir::Value v = ir::AllReduce(it->second, x->GetValue(), groups);
-      if (scale != 1.0) {
-        ir::DType t = v.dtype();
-        if (ir::IsFloating(t)) {
-          v = ir::Binary(ir::Op::kMul, v, ir::Full(scale, v.shape()));
-        } else {  // as the host path: (x * scale).to(dtype), truncating
-          ir::Value f = ir::Convert(v, ir::DType::kF64);
-          v = ir::Convert(ir::Binary(ir::Op::kMul, f, ir::Full(scale, f.shape())), t);
-        }
-      }
-      out.push_back(bridge::MakeXla(graph::TensorFromValue(v, x->device())));
-    }
-    return out;
+    ir::ReduceKind k = CollectiveReduceKind(kind);
+    return InGraph(ts, [&](const ir::Value& x) { return Scaled(ir::AllReduce(k, x, groups), scale); });
   }, py::arg("tensors"), py::arg("reduce_type"), py::arg("scale"), py::arg("groups"));
+  m.def("_reduce_scatter_ingraph", [](const std::vector<at::Tensor>& ts, const std::string& kind, double scale,
+                                       int64_t dim, const std::vector<std::vector<int64_t>>& groups) {
+    ir::ReduceKind k = CollectiveReduceKind(kind);
+    return InGraph(ts, [&](const ir::Value& x) { return Scaled(ir::ReduceScatter(k, x, dim, groups), scale); });
+  }, py::arg("tensors"), py::arg("reduce_type"), py::arg("scale"), py::arg("dim"), py::arg("groups"));
+  m.def("_all_gather_ingraph", [](const std::vector<at::Tensor>& ts, int64_t dim,
+                                   const std::vector<std::vector<int64_t>>& groups) {
+    return InGraph(ts, [&](const ir::Value& x) { return ir::AllGather(x, dim, groups); });
+  }, py::arg("tensors"), py::arg("dim"), py::arg("groups"));
+  m.def("_all_to_all_ingraph", [](const std::vector<at::Tensor>& ts, int64_t split_dim, int64_t concat_dim,
+                                   const std::vector<std::vector<int64_t>>& groups) {
+    return InGraph(ts, [&](const ir::Value& x) { return ir::AllToAll(x, split_dim, concat_dim, groups); });
+  }, py::arg("tensors"), py::arg("split_dimension"), py::arg("concat_dimension"), py::arg("groups"));
   m.def("_optimization_barrier", [](const std::vector<at::Tensor>& ts) {
     // Routes the tensors' values through one stablehlo.optimization_barrier (same values).
     auto xs = XlaTensors(ts);

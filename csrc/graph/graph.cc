@@ -224,6 +224,7 @@ runtime::Client& GetClient() {
     o.plugin_path = g_config.plugin_path;
     o.platform_hint = g_config.device_type;
     o.cpu_device_count = g_config.cpu_device_count;
+    o.options = g_config.options;
     g_client = runtime::Client::Create(o);
     runtime::WatchForFork();
   }

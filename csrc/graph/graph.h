@@ -58,6 +58,7 @@ struct RuntimeConfig {
   std::string plugin_path;
   std::string device_type;  // "CPU", "CUDA", "TPU", ...
   int64_t cpu_device_count = -1;
+  std::vector<runtime::ClientOptions::Option> options;  // further create options (GPU: visible_devices...)
 };
 // Called (once, on first device use) to resolve the plugin; set by the Python layer.
 void SetConfigResolver(std::function<RuntimeConfig()> resolver);

@@ -57,7 +57,7 @@ const char* OpName(Op op) {
       "dynamic_slice", "dynamic_update_slice",
       "reduce", "arg_reduce", "reduce_window", "arg_reduce_window", "select_and_scatter", "sort", "cumulative",
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
-      "sharding"};
+      "all_gather", "reduce_scatter", "all_to_all", "sharding"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -532,15 +532,79 @@ void SetMatMulPrecision(int precision) {
 
 int MatMulPrecision() { return g_mat_mul_precision.load(); }
 
-Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<int64_t>>& groups) {
-  if (groups.empty() || groups[0].empty()) Fail("all_reduce: replica groups must not be empty");
+namespace {
+// Replica groups must be non-empty, equally sized and hold distinct non-negative ids.
+int64_t CheckGroups(const char* what, const std::vector<std::vector<int64_t>>& groups) {
+  if (groups.empty() || groups[0].empty()) Fail(std::string(what) + ": replica groups must not be empty");
+  std::vector<int64_t> seen;
   for (const auto& g : groups) {
-    if (g.size() != groups[0].size()) Fail("all_reduce: replica groups must all have the same size");
+    if (g.size() != groups[0].size()) Fail(std::string(what) + ": replica groups must all have the same size");
+    for (int64_t id : g) {
+      if (id < 0) Fail(std::string(what) + ": replica ids must be >= 0");
+      seen.push_back(id);
+    }
   }
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+    Fail(std::string(what) + ": a replica id appears in more than one group");
+  }
+  return static_cast<int64_t>(groups[0].size());
+}
+
+Attrs CollectiveAttrs(const std::vector<std::vector<int64_t>>& groups, std::vector<int64_t> params) {
   Attrs a;
   a.ints = groups;
-  a.n = static_cast<int64_t>(kind);
-  return Make(Op::kAllReduce, {x}, x.shape(), a);
+  a.ints.push_back(std::move(params));
+  return a;
+}
+}  // namespace
+
+std::vector<std::vector<int64_t>> CollectiveGroups(const Attrs& a) {
+  return std::vector<std::vector<int64_t>>(a.ints.begin(), a.ints.end() - 1);
+}
+const std::vector<int64_t>& CollectiveParams(const Attrs& a) { return a.ints.back(); }
+
+Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<int64_t>>& groups) {
+  CheckGroups("all_reduce", groups);
+  return Make(Op::kAllReduce, {x}, x.shape(), CollectiveAttrs(groups, {static_cast<int64_t>(kind)}));
+}
+
+Value AllGather(const Value& x, int64_t dim, const std::vector<std::vector<int64_t>>& groups) {
+  int64_t n = CheckGroups("all_gather", groups);
+  if (x.rank() == 0) Fail("all_gather: the operand must have at least one dimension");
+  dim = NormalizeDim(dim, x.rank());
+  std::vector<int64_t> dims = x.dims();
+  dims[dim] *= n;
+  return Make(Op::kAllGather, {x}, Shape(x.dtype(), dims), CollectiveAttrs(groups, {dim}));
+}
+
+Value ReduceScatter(ReduceKind kind, const Value& x, int64_t dim, const std::vector<std::vector<int64_t>>& groups) {
+  int64_t n = CheckGroups("reduce_scatter", groups);
+  if (x.rank() == 0) Fail("reduce_scatter: the operand must have at least one dimension");
+  dim = NormalizeDim(dim, x.rank());
+  std::vector<int64_t> dims = x.dims();
+  if (dims[dim] % n != 0) {
+    Fail("reduce_scatter: dimension " + std::to_string(dim) + " of size " + std::to_string(dims[dim]) +
+         " does not divide by the group size " + std::to_string(n));
+  }
+  dims[dim] /= n;
+  return Make(Op::kReduceScatter, {x}, Shape(x.dtype(), dims),
+              CollectiveAttrs(groups, {static_cast<int64_t>(kind), dim}));
+}
+
+Value AllToAll(const Value& x, int64_t split_dim, int64_t concat_dim, const std::vector<std::vector<int64_t>>& groups) {
+  int64_t n = CheckGroups("all_to_all", groups);
+  if (x.rank() == 0) Fail("all_to_all: the operand must have at least one dimension");
+  split_dim = NormalizeDim(split_dim, x.rank());
+  concat_dim = NormalizeDim(concat_dim, x.rank());
+  std::vector<int64_t> dims = x.dims();
+  if (dims[split_dim] % n != 0) {
+    Fail("all_to_all: split dimension " + std::to_string(split_dim) + " of size " + std::to_string(dims[split_dim]) +
+         " does not divide by the split count " + std::to_string(n));
+  }
+  dims[split_dim] /= n;
+  dims[concat_dim] *= n;
+  return Make(Op::kAllToAll, {x}, Shape(x.dtype(), dims), CollectiveAttrs(groups, {split_dim, concat_dim, n}));
 }
 
 Value AnnotateSharding(const Value& x, const Sharding& sharding) {

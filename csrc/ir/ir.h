@@ -76,7 +76,7 @@ enum class Op : uint16_t {
   kRngBitGenerator,
   kOptimizationBarrier,
   // collectives (in-graph, across replicas)
-  kAllReduce,
+  kAllReduce, kAllGather, kReduceScatter, kAllToAll,
   // SPMD: the operand annotated with a sharding (attrs.s, XLA's text); a custom call @Sharding
   kSharding,
   kNumOps
@@ -207,6 +207,17 @@ Value SelectAndScatter(const Value& operand, const Value& source, const Value& i
 std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs);
 // Cross-replica all-reduce of x over each group of replica ids (groups partition the replicas).
 Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<int64_t>>& groups);
+// Cross-replica all-gather: each group's members' x concatenated along `dim` in group order.
+Value AllGather(const Value& x, int64_t dim, const std::vector<std::vector<int64_t>>& groups);
+// Cross-replica reduce-scatter: the group's reduction of x, split along `dim` in group-size
+// pieces; member k gets piece k. `dim`'s size must divide by the group size.
+Value ReduceScatter(ReduceKind kind, const Value& x, int64_t dim, const std::vector<std::vector<int64_t>>& groups);
+// Cross-replica all-to-all: x split along `split_dim` into group-size pieces, piece k sent to
+// member k, the received pieces concatenated along `concat_dim` in group order.
+Value AllToAll(const Value& x, int64_t split_dim, int64_t concat_dim, const std::vector<std::vector<int64_t>>& groups);
+// Collective ops' attributes: ints = replica groups followed by one list of op parameters.
+std::vector<std::vector<int64_t>> CollectiveGroups(const Attrs& a);
+const std::vector<int64_t>& CollectiveParams(const Attrs& a);
 
 // SPMD: x annotated with `sharding` (XLA's partitioner places the value so; the text is part of the
 // node hash, so a new sharding is a new graph).

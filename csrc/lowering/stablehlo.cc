@@ -140,6 +140,20 @@ class Emitter {
     body_ << "\n";
   }
 
+  // "replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>" of a collective node's attributes.
+  static std::string ReplicaGroups(const ir::Attrs& a) {
+    auto groups = ir::CollectiveGroups(a);
+    std::ostringstream rg;
+    rg << "replica_groups = dense<[";
+    for (size_t g = 0; g < groups.size(); ++g) {
+      rg << (g ? ", " : "") << "[";
+      for (size_t k = 0; k < groups[g].size(); ++k) rg << (k ? ", " : "") << groups[g][k];
+      rg << "]";
+    }
+    rg << "]> : tensor<" << groups.size() << "x" << groups[0].size() << "xi64>";
+    return rg.str();
+  }
+
   // ", precision_config = [...]" for a non-default mat mul precision (attrs.n of dot/conv nodes).
   static std::string PrecisionConfig(int64_t precision) {
     if (precision <= 0) return "";
@@ -403,18 +417,29 @@ class Emitter {
         Line(n, "stablehlo.optimization_barrier", "");
         return;
       case Op::kAllReduce: {
-        auto kind = static_cast<ir::ReduceKind>(A.n);
+        auto kind = static_cast<ir::ReduceKind>(ir::CollectiveParams(A)[0]);
         // A plain reducer: collectives accept only a single combining op (no NaN-propagating select).
-        std::string region = BinaryRegion(ReducerOp(kind, out.dtype), out.dtype);
-        std::ostringstream rg;
-        rg << "replica_groups = dense<[";
-        for (size_t g = 0; g < A.ints.size(); ++g) {
-          rg << (g ? ", " : "") << "[";
-          for (size_t k = 0; k < A.ints[g].size(); ++k) rg << (k ? ", " : "") << A.ints[g][k];
-          rg << "]";
-        }
-        rg << "]> : tensor<" << A.ints.size() << "x" << A.ints[0].size() << "xi64>";
-        Line(n, "stablehlo.all_reduce", rg.str(), region);
+        Line(n, "stablehlo.all_reduce", ReplicaGroups(A), BinaryRegion(ReducerOp(kind, out.dtype), out.dtype));
+        return;
+      }
+      case Op::kAllGather:
+        Line(n, "stablehlo.all_gather",
+             "all_gather_dim = " + std::to_string(ir::CollectiveParams(A)[0]) + " : i64, " + ReplicaGroups(A));
+        return;
+      case Op::kReduceScatter: {
+        const auto& p = ir::CollectiveParams(A);
+        auto kind = static_cast<ir::ReduceKind>(p[0]);
+        Line(n, "stablehlo.reduce_scatter",
+             ReplicaGroups(A) + ", scatter_dimension = " + std::to_string(p[1]) + " : i64",
+             BinaryRegion(ReducerOp(kind, out.dtype), out.dtype));
+        return;
+      }
+      case Op::kAllToAll: {
+        const auto& p = ir::CollectiveParams(A);
+        Line(n, "stablehlo.all_to_all",
+             "concat_dimension = " + std::to_string(p[1]) + " : i64, " + ReplicaGroups(A) +
+                 ", split_count = " + std::to_string(p[2]) + " : i64, split_dimension = " + std::to_string(p[0]) +
+                 " : i64");
         return;
       }
       case Op::kSharding:

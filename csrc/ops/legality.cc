@@ -10,10 +10,8 @@
 #include "ops/op_table.h"
 
 namespace txla::ops {
-namespace {
 
-// ScalarType names as eager prints them ('Long', 'Bool', ...).
-const char* TypeName(DType t) {
+const char* ScalarTypeName(DType t) {
   switch (t) {
     case DType::kPred: return "Bool";
     case DType::kS8: return "Char";
@@ -33,6 +31,9 @@ const char* TypeName(DType t) {
   }
   return "?";
 }
+
+namespace {
+const char* TypeName(DType t) { return ScalarTypeName(t); }
 
 bool IsComplexT(DType t) { return t == DType::kC64 || t == DType::kC128; }
 

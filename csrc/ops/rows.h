@@ -12,4 +12,6 @@ void AddConvRows(std::vector<OpRow>& rows);
 void AddIndexRows(std::vector<OpRow>& rows);
 // Eager's legality rules (legality.cc) run before the rows they name.
 void WrapLegality(std::vector<OpRow>& rows);
+// ScalarType names as eager prints them in messages ('Long', 'Bool', 'Float', ...).
+const char* ScalarTypeName(DType t);
 }  // namespace txla::ops

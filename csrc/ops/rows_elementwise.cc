@@ -139,6 +139,18 @@ OpFn Comparison(CompareDir d, bool scalar_other) {
 
 Value Sigmoid(const Value& x) { return ir::Unary(Op::kLogistic, x); }
 
+// erf as eager computes it. XLA's single-precision erf clamps its argument to [-4, 4] and its
+// polynomial gives 0.99999982 there, so erf never reaches +-1 and gelu's tails go wrong
+// (gelu(-20) = -1.8e-6 instead of -0, gelu(-inf) = -inf instead of nan). In f32 erf(x) rounds to
+// +-1 for |x| >= 3.9192 (where erfc(x) < 2^-25): select the exact value there. NaN stays NaN.
+Value Erf(const Value& x) {
+  Value e = ir::Unary(Op::kErf, x);
+  if (x.dtype() == DType::kF64) return e;
+  const ir::Shape& s = x.shape();
+  Value big = ir::Compare(ir::CompareDir::kGE, ir::Unary(Op::kAbs, x), ir::Full(3.9192, s));
+  return ir::Select(big, ir::Unary(Op::kSign, x), e);
+}
+
 Value Gelu(const Value& x, const std::string& approx) {
   const ir::Shape& s = x.shape();
   if (approx == "tanh") {
@@ -150,7 +162,7 @@ Value Gelu(const Value& x, const std::string& approx) {
   }
   Value cdf = ir::Binary(Op::kMul, ir::Full(0.5, s),
                          ir::Binary(Op::kAdd, ir::Full(1, s),
-                                    ir::Unary(Op::kErf, ir::Binary(Op::kMul, x, ir::Full(M_SQRT1_2, s)))));
+                                    Erf(ir::Binary(Op::kMul, x, ir::Full(M_SQRT1_2, s)))));
   return ir::Binary(Op::kMul, x, cdf);
 }
 
@@ -169,7 +181,7 @@ Value GeluBackward(const Value& g, const Value& x, const std::string& approx) {
     Value right = mul(mul(F(0.5), x), mul(ir::Binary(Op::kSub, F(1), mul(t, t)), dinner));
     return mul(g, add(left, right));
   }
-  Value cdf = mul(F(0.5), add(F(1), ir::Unary(Op::kErf, mul(x, F(M_SQRT1_2)))));
+  Value cdf = mul(F(0.5), add(F(1), Erf(mul(x, F(M_SQRT1_2)))));
   Value pdf = mul(F(0.5 * M_2_SQRTPI * M_SQRT1_2), ir::Unary(Op::kExp, mul(F(-0.5), mul(x, x))));
   return mul(g, add(cdf, mul(x, pdf)));
 }
@@ -257,7 +269,7 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   rows.push_back({"cos", FloatUnary(Op::kCos)});
   rows.push_back({"tan", FloatUnary(Op::kTan)});
   rows.push_back({"tanh", FloatUnary(Op::kTanh)});
-  rows.push_back({"erf", FloatUnary(Op::kErf)});
+  rows.push_back({"erf", [](OpArgs& a) -> V { return {Erf(Cast(a.V(0), FloatOf(a.V(0).dtype())))}; }});
   rows.push_back({"sigmoid", FloatUnary(Op::kLogistic)});
   rows.push_back({"floor", [](OpArgs& a) -> V {
     return {ir::IsIntegral(a.V(0).dtype(), true) ? a.V(0) : ir::Unary(Op::kFloor, a.V(0))};
@@ -296,7 +308,18 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     if (x.dtype() == DType::kPred) a.Fail("\"clamp_min_scalar_cpu\" not implemented for 'Bool'");
     return {ir::Binary(Op::kMax, x, ir::Full(0, x.shape()))};
   }});
-  rows.push_back({"gelu", [](OpArgs& a) -> V { return {Gelu(a.V(0), a.IsNone(1) ? "none" : a.Str(1))}; }});
+  rows.push_back({"gelu", [](OpArgs& a) -> V {
+    // f16/bf16 in f32, rounded once, as eager (1 + erf(x) cancels in the tail otherwise)
+    DType t = a.V(0).dtype();
+    std::string approx = a.IsNone(1) ? "none" : a.Str(1);
+    Value x = Cast(a.V(0), OpMath(t));
+    Value y = Gelu(x, approx);
+    if (approx == "none" && (t == DType::kF32 || t == DType::kBF16)) {
+      // eager's vectorized f32/bf16 kernel gives nan at +inf as well (its f64 and f16 give inf)
+      y = ir::Select(ir::Compare(ir::CompareDir::kEQ, x, ir::Full(INFINITY, x.shape())), ir::Full(NAN, x.shape()), y);
+    }
+    return {Cast(y, t)};
+  }});
   rows.push_back({"gelu_backward", [](OpArgs& a) -> V {
     // Mixed dtypes (a bf16 grad of an f32 input) promote, as eager's TensorIterator does.
     DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);

@@ -146,10 +146,9 @@ void AddReductionRows(std::vector<OpRow>& rows) {
   rows.push_back({"mm", [](OpArgs& a) -> V {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 2 || y.rank() != 2) a.Fail("self must be a matrix");
-    if (x.dtype() != y.dtype()) {
-      // Eager checks dtypes only when the product has elements (an empty result is returned as is).
-      if (x.dims()[0] * y.dims()[1] == 0) return {ir::Full(0, ir::Shape(x.dtype(), {x.dims()[0], y.dims()[1]}))};
-      a.Fail("expected m1 and m2 to have the same dtype");
+    if (x.dtype() != y.dtype()) {  // eager checks this even for empty operands
+      a.Fail(std::string("expected m1 and m2 to have the same dtype, but got: ") + ScalarTypeName(x.dtype()) +
+             " != " + ScalarTypeName(y.dtype()));
     }
     return {Matmul2d(x, y)};
   }});
@@ -157,9 +156,13 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
     if (x.dtype() != y.dtype()) {
-      std::vector<int64_t> od{x.dims()[0], x.dims()[1], y.dims()[2]};
-      if (od[0] * od[1] * od[2] == 0) return {ir::Full(0, ir::Shape(x.dtype(), od))};
-      a.Fail("expected scalar type of both operands to match");
+      // Eager returns early, without a dtype check, when an operand is empty: zeros of the
+      // result's shape in batch2's dtype.
+      if (x.shape().numel() == 0 || y.shape().numel() == 0) {
+        return {ir::Full(0, ir::Shape(y.dtype(), {x.dims()[0], x.dims()[1], y.dims()[2]}))};
+      }
+      a.Fail(std::string("expected scalar type ") + ScalarTypeName(x.dtype()) + " but found " +
+             ScalarTypeName(y.dtype()));
     }
     return {BatchedMatmul(x, y)};
   }});

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "python/client_options.h"
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
@@ -227,11 +228,13 @@ void BindRuntime(py::module_& m) {
   py::class_<Client, std::shared_ptr<Client>>(m, "Client")
       .def_static(
           "create",
-          [](const std::string& plugin_path, int64_t cpu_device_count, const std::string& platform_hint) {
+          [](const std::string& plugin_path, int64_t cpu_device_count, const std::string& platform_hint,
+             const py::dict& options) {
             runtime::ClientOptions opts;
             opts.plugin_path = plugin_path;
             opts.platform_hint = platform_hint;
             opts.cpu_device_count = cpu_device_count;
+            opts.options = ClientOptionsFromDict(options);
             std::unique_ptr<Client> client;
             {
               py::gil_scoped_release release;
@@ -239,7 +242,9 @@ void BindRuntime(py::module_& m) {
             }
             return std::shared_ptr<Client>(std::move(client));
           },
-          py::arg("plugin_path"), py::arg("cpu_device_count") = -1, py::arg("platform_hint") = "")
+          py::arg("plugin_path"), py::arg("cpu_device_count") = -1, py::arg("platform_hint") = "",
+          py::arg("options") = py::dict(),
+          "options: further PJRT create options {name: str | bool | int | float | [int]}.")
       .def("platform_name", &Client::PlatformName)
       .def("platform_version", &Client::PlatformVersion)
       .def("api_version", [](const Client& c) { return py::make_tuple(c.ApiMajor(), c.ApiMinor()); })

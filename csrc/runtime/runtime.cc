@@ -621,6 +621,41 @@ std::unique_ptr<Client> Client::Create(const ClientOptions& opts) {
     nv.value_size = 1;
     options.push_back(nv);
   }
+  for (const auto& o : opts.options) {  // the option structs point into `opts`, alive for the call
+    auto nv = MakeArgs<PJRT_NamedValue>(PJRT_NamedValue_STRUCT_SIZE);
+    nv.name = o.name.c_str();
+    nv.name_size = o.name.size();
+    using K = ClientOptions::Option::Kind;
+    switch (o.kind) {
+      case K::kString:
+        nv.type = PJRT_NamedValue_kString;
+        nv.string_value = o.string_value.c_str();
+        nv.value_size = o.string_value.size();
+        break;
+      case K::kInt64:
+        if (o.ints.size() != 1) throw std::invalid_argument("client option " + o.name + ": expected one integer");
+        nv.type = PJRT_NamedValue_kInt64;
+        nv.int64_value = o.ints[0];
+        nv.value_size = 1;
+        break;
+      case K::kInt64List:
+        nv.type = PJRT_NamedValue_kInt64List;
+        nv.int64_array_value = o.ints.data();
+        nv.value_size = o.ints.size();
+        break;
+      case K::kFloat:
+        nv.type = PJRT_NamedValue_kFloat;
+        nv.float_value = o.float_value;
+        nv.value_size = 1;
+        break;
+      case K::kBool:
+        nv.type = PJRT_NamedValue_kBool;
+        nv.bool_value = o.bool_value;
+        nv.value_size = 1;
+        break;
+    }
+    options.push_back(nv);
+  }
   auto a = MakeArgs<PJRT_Client_Create_Args>(PJRT_Client_Create_Args_STRUCT_SIZE);
   a.create_options = options.empty() ? nullptr : options.data();
   a.num_options = options.size();

@@ -49,6 +49,17 @@ struct ClientOptions {
   std::string plugin_path;          // path of the plugin .so
   std::string platform_hint;        // "CPU", "CUDA", "TPU", ... (for messages only)
   int64_t cpu_device_count = -1;    // >0: pass "cpu_device_count" (kInt64) as a create option
+  // Further named create options, passed as given (GPU: "visible_devices", "node_id",
+  // "num_nodes", "memory_fraction", "preallocate", ...). A plugin refuses names it doesn't know.
+  struct Option {
+    enum class Kind { kString, kInt64, kInt64List, kFloat, kBool } kind = Kind::kInt64;
+    std::string name;
+    std::string string_value;
+    std::vector<int64_t> ints;  // kInt64 (one element) and kInt64List
+    float float_value = 0;
+    bool bool_value = false;
+  };
+  std::vector<Option> options;
 };
 
 class Client;

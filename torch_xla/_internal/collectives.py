@@ -7,8 +7,8 @@
   pending work its inputs need (one graph for all of them, ``_C._sync(inputs)``), reads them to
   the CPU, exchanges them with torch.distributed's gloo backend and gives back device tensors.
   Lists of tensors travel as ONE flat buffer per dtype, in one gloo call per dtype.
-* :class:`InGraphBackend` (partial): collectives lowered into the graph as StableHLO
-  (``all_reduce`` so far) over the replicas of a multi-process PJRT client (NCCL on GPU, ICI on
+* :class:`InGraphBackend`: collectives lowered into the graph as StableHLO (all_reduce,
+  all_gather, reduce_scatter, all_to_all; broadcast through all_gather) over the replicas of a multi-process PJRT client (NCCL on GPU, ICI on
   TPU). Running it across processes still needs the plugin's multi-process client options
   (``node_id``, ``num_nodes``, kv-store callbacks) and replica-mode compilation;
   ``TORCH_XLA_COLLECTIVE_BACKEND=ingraph`` selects it.
@@ -40,6 +40,8 @@ class CollectiveBackend:
     a tuple of global ranks holding this rank."""
 
     name = "abstract"
+    # True when a collective reads its inputs' values on the host (so the pending graph runs first).
+    needs_host_values = True
 
     def all_reduce(self, reduce_type: str, tensors: List[torch.Tensor], scale: float,
                    group: Tuple[int, ...]) -> List[torch.Tensor]:
@@ -64,14 +66,18 @@ class InGraphBackend(CollectiveBackend):
     """Collectives as StableHLO ops inside the graph, over the replicas of the computation (the
     processes of a multi-process PJRT client on GPU/TPU: NCCL/ICI do the exchange, no host copy).
 
-    Done so far: ``all_reduce`` (lazy: it adds ``stablehlo.all_reduce`` with ``replica_groups`` to
-    the pending graph). The other collectives raise NotImplementedError naming the host backend.
-    Replica ids are global ranks (one device per process). On the CPU plugin, which has no
-    cross-process collectives, a multi-process job cannot use this backend (the constructor says
-    so); a single process (group ``(0,)``) compiles and runs it, which is what the tests check.
+    Every collective is lazy: it adds ``stablehlo.all_reduce`` / ``all_gather`` /
+    ``reduce_scatter`` / ``all_to_all`` with the job's ``replica_groups`` (all groups of the
+    partition, replica id = global rank, one device per process) to the pending graph; broadcast
+    is an all_gather followed by taking the root's slice (exact for every value and dtype).
+    StableHLO needs groups of equal size: other partitions raise NotImplementedError naming the
+    host backend. On the CPU plugin, which has no cross-process collectives, a multi-process job
+    cannot use this backend (the constructor says so); the same graphs compiled for N replicas of
+    one process run on XLA:CPU's in-process collectives, which is how the tests check them.
     """
 
     name = "ingraph"
+    needs_host_values = False
 
     def __init__(self):
         if world.world_size() > 1 and os.environ.get("PJRT_DEVICE", "CPU").strip().upper() in ("", "CPU"):
@@ -79,33 +85,73 @@ class InGraphBackend(CollectiveBackend):
                 "in-graph collectives need a PJRT plugin with cross-process collectives (GPU, TPU); the CPU "
                 "plugin has none: unset TORCH_XLA_COLLECTIVE_BACKEND to use the host (gloo) collectives")
 
+    @staticmethod
+    def _groups(what: str, group) -> List[List[int]]:
+        partition = getattr(group, "partition", None) or (tuple(group),)
+        if len({len(g) for g in partition}) != 1:
+            raise NotImplementedError(
+                f"in-graph {what} needs groups of equal size (StableHLO replica_groups), got "
+                f"{[list(g) for g in partition]}; use the host backend (TORCH_XLA_COLLECTIVE_BACKEND=host)")
+        return [list(g) for g in partition]
+
     def all_reduce(self, reduce_type, tensors, scale, group):
         from torch_xla import _C
         if not tensors:
             return []
-        if tuple(group) != tuple(range(world.world_size())):
-            raise NotImplementedError(
-                "in-graph all_reduce over a sub-group needs every group of the partition; use the host backend")
         for t in tensors:
             if reduce_type in ("and", "or") and (t.dtype.is_floating_point or t.dtype.is_complex):
                 raise ValueError(f"all_reduce {reduce_type!r} needs integer or bool tensors, got {t.dtype}")
-        return list(_C._all_reduce_ingraph(list(tensors), reduce_type, float(scale), [list(group)]))
-
-    def _host_only(self, what):
-        raise NotImplementedError(f"in-graph {what} is not lowered yet; use the host backend "
-                                  "(unset TORCH_XLA_COLLECTIVE_BACKEND)")
+        groups = self._groups("all_reduce", group)
+        if reduce_type in ("and", "or"):
+            # XLA's all-reduce (CPU, and NCCL on GPU) combines only with add/mul/min/max: bitwise
+            # and/or gather every member's value and combine them in the graph.
+            fn = torch.bitwise_and if reduce_type == "and" else torch.bitwise_or
+            out = []
+            for t in tensors:
+                parts = _C._all_gather_ingraph([t.unsqueeze(0)], 0, groups)[0].unbind(0)
+                r = parts[0]
+                for p in parts[1:]:
+                    r = fn(r, p)
+                out.append(r if scale == 1.0 else (r.to(torch.float64) * scale).to(t.dtype))
+            return out
+        return list(_C._all_reduce_ingraph(list(tensors), reduce_type, float(scale), groups))
 
     def all_gather(self, tensors, dim, group):
-        self._host_only("all_gather")
+        from torch_xla import _C
+        if not tensors:
+            return []
+        groups = self._groups("all_gather", group)
+        # a 0-dim tensor gathers into a 1-dim one, as the host backend stacks them
+        shaped = [t.reshape(1) if t.dim() == 0 else t for t in tensors]
+        return [_C._all_gather_ingraph([t], dim if t.dim() else 0, groups)[0] for t in shaped]
 
     def reduce_scatter(self, reduce_type, tensors, scale, scatter_dim, group):
-        self._host_only("reduce_scatter")
+        from torch_xla import _C
+        if not tensors:
+            return []
+        n = len(group)
+        for t in tensors:
+            if t.dim() == 0 or t.shape[scatter_dim] % n:
+                raise ValueError(f"reduce_scatter: dimension {scatter_dim} of shape {tuple(t.shape)} is not divisible "
+                                 f"by the group size {n}")
+        return list(_C._reduce_scatter_ingraph(list(tensors), reduce_type, float(scale), scatter_dim,
+                                               self._groups("reduce_scatter", group)))
 
     def all_to_all(self, tensor, split_dimension, concat_dimension, group):
-        self._host_only("all_to_all")
+        from torch_xla import _C
+        n = len(group)
+        if tensor.dim() == 0 or tensor.shape[split_dimension] % n:
+            raise ValueError(f"all_to_all: dimension {split_dimension} of shape {tuple(tensor.shape)} is not "
+                             f"divisible by split_count {n}")
+        return _C._all_to_all_ingraph([tensor], split_dimension, concat_dimension,
+                                      self._groups("all_to_all", group))[0]
 
     def broadcast(self, tensors, root, group):
-        self._host_only("broadcast")
+        if not tensors:
+            return []
+        k = list(group).index(root)
+        gathered = self.all_gather([t.unsqueeze(0) for t in tensors], 0, group)
+        return [g[k] for g in gathered]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -415,7 +461,7 @@ _backend_lock = threading.Lock()
 
 def backend() -> CollectiveBackend:
     """The collective implementation of this process (``TORCH_XLA_COLLECTIVE_BACKEND``: ``host``,
-    the default on every platform, or ``ingraph``, not implemented yet)."""
+    the default on every platform, or ``ingraph``: StableHLO collectives inside the graph)."""
     global _backend
     with _backend_lock:
         if _backend is None:

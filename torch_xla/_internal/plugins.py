@@ -243,3 +243,63 @@ def validate_xla_flags(plugin_path: str) -> None:
         raise ValueError(
             f"XLA_FLAGS has flag(s) unknown to the PJRT plugin {os.path.basename(plugin_path)}: "
             f"{', '.join(unknown)}. XLA would abort the process on them; remove them from XLA_FLAGS.")
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={os.environ[name]!r}: expected true/false (or 1/0)")
+
+
+def _env_fraction(*names: str):
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            try:
+                f = float(value)
+            except ValueError:
+                raise ValueError(f"{name}={value!r} is not a number") from None
+            if not 0.0 < f <= 1.0:
+                raise ValueError(f"{name}={value!r} must be in (0, 1]")
+            return f
+    return None
+
+
+def client_options(device_type: str) -> dict:
+    """PJRT create options for the plugin of ``device_type`` (beyond CPU_NUM_DEVICES), from env.
+
+    CUDA (names as upstream PyTorch/XLA and JAX spell them):
+      * ``preallocate``: ``PJRT_ALLOCATOR_PREALLOCATE`` or ``XLA_PYTHON_CLIENT_PREALLOCATE``,
+        default **false**, so torch's own CUDA tensors can live beside ours (the plugin's default
+        would reserve most of the GPU at start-up).
+      * ``memory_fraction``: ``PJRT_ALLOCATOR_FRACTION`` or ``XLA_PYTHON_CLIENT_MEM_FRACTION``.
+      * ``allocator``: ``cuda_async`` with ``PJRT_ALLOCATOR_CUDA_ASYNC=1``.
+      * ``visible_devices``: one process of a multi-process job started by ``torchrun`` (not by
+        ``xmp.spawn``, whose children already see one GPU through CUDA_VISIBLE_DEVICES) sees only
+        GPU ``LOCAL_RANK``; a single process sees the first ``GPU_NUM_DEVICES`` GPUs when that is set.
+    Other device types: none.
+    """
+    if device_type != "CUDA":
+        return {}
+    opts: dict = {"preallocate": _env_bool("PJRT_ALLOCATOR_PREALLOCATE",
+                                           _env_bool("XLA_PYTHON_CLIENT_PREALLOCATE", False))}
+    fraction = _env_fraction("PJRT_ALLOCATOR_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if fraction is not None:
+        opts["memory_fraction"] = fraction
+    if _env_bool("PJRT_ALLOCATOR_CUDA_ASYNC", False):
+        opts["allocator"] = "cuda_async"
+    world = os.environ.get("WORLD_SIZE", "1").strip() or "1"
+    spawned = os.environ.get("TORCH_XLA_SPAWNED") == "1"
+    if world != "1" and not spawned and os.environ.get("LOCAL_RANK", "").strip():
+        opts["visible_devices"] = [int(os.environ["LOCAL_RANK"])]
+    elif os.environ.get("GPU_NUM_DEVICES", "").strip() and not spawned:
+        n = int(os.environ["GPU_NUM_DEVICES"])
+        if n < 1:
+            raise ValueError(f"GPU_NUM_DEVICES={n} must be a positive integer")
+        opts["visible_devices"] = list(range(n))
+    return opts

@@ -182,13 +182,26 @@ def validate_groups(groups, size: Optional[int] = None) -> Optional[List[List[in
     return out
 
 
+class Group(tuple):
+    """A tuple of global ranks (this rank's group) that also knows the whole partition it came
+    from (``partition``: every group, as tuples), which in-graph collectives need."""
+
+    partition: Tuple[Tuple[int, ...], ...]
+
+    def __new__(cls, members, partition):
+        g = super().__new__(cls, members)
+        g.partition = tuple(tuple(p) for p in partition)
+        return g
+
+
 def my_group(groups) -> Tuple[int, ...]:
-    """The (validated) group holding this rank, as a tuple of global ranks; the world if None."""
+    """The (validated) group holding this rank, as a :class:`Group` of global ranks; the world if None."""
     g = validate_groups(groups)
     if g is None:
-        return tuple(range(world_size()))
+        everyone = tuple(range(world_size()))
+        return Group(everyone, (everyone,))
     me = rank()
     for members in g:
         if me in members:
-            return tuple(members)
+            return Group(members, g)
     raise ValueError(f"rank {me} is in none of the groups {groups!r}")  # unreachable after validation

@@ -288,9 +288,10 @@ def reduce_gradients(optimizer, groups=None, pin_layout: bool = True):
     grads = _grads(optimizer)
     if not grads:
         return
-    # The backward pass (and the loss) run now as one graph, not once for the gradients and again
-    # at the next sync for the rest.
-    _C._sync(None, False, "")
+    # Host collectives read the gradients: the backward pass (and the loss) run now as one graph,
+    # not once for the gradients and again at the next sync for the rest. In-graph ones stay lazy.
+    if _collectives().needs_host_values:
+        _C._sync(None, False, "")
     all_reduce(REDUCE_SUM, grads, scale=1.0 / len(group), groups=groups, pin_layout=pin_layout)
 
 

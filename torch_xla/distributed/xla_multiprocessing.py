@@ -51,9 +51,44 @@ def _child_env(local_index: int, nprocs: int, info: dict) -> dict:
         _world.SPAWNED_VAR: "1",
         "PJRT_LOCAL_PROCESS_COUNT": str(nprocs),
     }
-    if info["device_type"] == "CPU":
-        env["CPU_NUM_DEVICES"] = "1"
+    env.update(_one_device_env(info["device_type"], local_index, nprocs))
     return env
+
+
+# Process bounds of one-chip-per-process TPU jobs on one host, by chips per host.
+_TPU_PROCESS_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
+_TPU_BASE_PORT = 8476
+
+
+def _one_device_env(device_type: str, local_index: int, nprocs: int) -> dict:
+    """Environment that makes the plugin of a spawned child see exactly its own device.
+
+    CPU: ``CPU_NUM_DEVICES=1``. CUDA: ``CUDA_VISIBLE_DEVICES`` narrowed to the child's GPU (the
+    ``local_index``-th of the parent's visible ones), so the plugin's client, NCCL and torch's own
+    CUDA all see that one GPU, as ``xla:0``. TPU: libtpu's one-chip-per-process variables
+    (visible chip, 1x1x1 chips per process, the host's process bounds and one port per process).
+    """
+    if device_type == "CPU":
+        return {"CPU_NUM_DEVICES": "1"}
+    if device_type == "CUDA":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
+        if ids and len(ids) < nprocs:
+            raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} names {len(ids)} GPU(s) but {nprocs} processes "
+                             "are being started (one per GPU)")
+        return {"CUDA_VISIBLE_DEVICES": ids[local_index] if ids else str(local_index), "GPU_NUM_DEVICES": "1"}
+    if device_type == "TPU":
+        if nprocs not in _TPU_PROCESS_BOUNDS:
+            raise ValueError(f"one process per TPU chip needs 1, 2, 4 or 8 chips on the host, got {nprocs}")
+        ports = [str(_TPU_BASE_PORT + i) for i in range(nprocs)]
+        return {
+            "TPU_VISIBLE_CHIPS": str(local_index),
+            "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+            "TPU_PROCESS_BOUNDS": _TPU_PROCESS_BOUNDS[nprocs],
+            "TPU_PROCESS_PORT": ports[local_index],
+            "TPU_PROCESS_ADDRESSES": ",".join(f"localhost:{p}" for p in ports),
+        }
+    return {}
 
 
 def _exit_with_parent():
