@@ -284,3 +284,42 @@ def __getattr__(name: str):
     raise AttributeError(
         f"torch_xla._XLAC has no attribute {name!r}: this torch_xla build (own C++ core) does not "
         "provide that upstream hook; see the compatibility table in the README")
+
+
+# ---- SPMD (torch_xla.distributed.spmd) ---------------------------------------------------------
+
+def _get_xla_sharding_spec(t: torch.Tensor) -> str:
+    """XLA's sharding text of ``t`` (``{devices=[2,1]0,1}``, ``{replicated}``); "" when it has none."""
+    from .distributed.spmd.xla_sharding import _unwrap
+    t = _unwrap(t)
+    if not isinstance(t, torch.Tensor) or t.device.type != "xla":
+        raise ValueError("_get_xla_sharding_spec expects an XLA tensor")
+    return _C._get_xla_sharding_spec(t)
+
+
+def _get_xla_sharding_type(t: torch.Tensor):
+    """Upstream's ShardingType number of ``t``'s sharding, or None when it has none."""
+    from .distributed.spmd.xla_sharding import _unwrap
+    return _C._get_xla_sharding_type(_unwrap(t))
+
+
+def _xla_mark_sharding_text(t: torch.Tensor, sharding: str) -> None:
+    """Annotates ``t`` with a sharding given as XLA's text."""
+    _C._xla_mark_sharding_text(t, sharding)
+
+
+def _xla_clear_sharding(t: torch.Tensor) -> None:
+    from .distributed.spmd.xla_sharding import _unwrap
+    _C._xla_clear_sharding(_unwrap(t))
+
+
+def _get_local_shards(t: torch.Tensor):
+    """[(cpu shard, offsets, device)] of every device."""
+    from .distributed.spmd.xla_sharding import _unwrap
+    return _C._get_local_shards(_unwrap(t))
+
+
+def _xla_get_spmd_device_bytes(t: torch.Tensor):
+    """Bytes each device holds for ``t`` (PJRT's on-device sizes)."""
+    from .distributed.spmd.xla_sharding import _unwrap
+    return _C._spmd_device_bytes(_unwrap(t))

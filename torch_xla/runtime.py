@@ -38,8 +38,9 @@ def global_device_count() -> int:
 
 
 def global_runtime_device_count() -> int:
-    """Returns the total number of runtime devices across all processes/hosts (for SPMD)."""
-    return global_device_count()
+    """Returns the total number of runtime devices across all processes/hosts, especially useful
+    for SPMD (where ``torch_xla.device()`` is one virtual device standing for all of them)."""
+    return world_size() * _C._runtime_device_count()
 
 
 def world_size() -> int:
@@ -72,13 +73,32 @@ def get_master_ip() -> str:
 
 
 def use_spmd(auto: Optional[bool] = False):
-    """API to enable SPMD mode (not implemented yet in this build)."""
-    raise NotImplementedError("SPMD is not implemented yet in this torch_xla build")
+    """API to enable SPMD mode. This is a recommended way to enable SPMD.
+
+    Afterwards ``torch_xla.device()`` (xla:0) is one virtual device standing for every device of
+    the process; tensors created on it are replicated on every device unless annotated with
+    ``torch_xla.distributed.spmd.mark_sharding``. Each graph is compiled once for all devices by
+    XLA's SPMD partitioner. This forces SPMD mode if some tensors are already initialized on xla:0:
+    their data is replicated across the devices (pending work runs first). Tensors living on other
+    devices (xla:1, ...) have no place in SPMD mode: the call raises ``RuntimeError`` naming them.
+    SPMD mode lasts for the rest of the process.
+
+    Args:
+      auto (bool): Whether to enable the auto-sharding. Not available here: raises
+        ``NotImplementedError`` (the PJRT plugin exposes no auto-sharding pass).
+    """
+    global _spmd
+    if auto:
+        raise NotImplementedError(
+            "use_spmd(auto=True): XLA's auto-sharding pass is not reachable through this PJRT plugin; "
+            "call use_spmd() and annotate tensors with torch_xla.distributed.spmd.mark_sharding")
+    _C._use_spmd()
+    _spmd = True
 
 
 def is_spmd() -> bool:
     """Returns if SPMD is set for execution."""
-    return _spmd
+    return _spmd or _C._is_spmd()
 
 
 def initialize_cache(path: str, readonly: bool = False):
@@ -136,8 +156,8 @@ def process_count() -> int:
 
 
 def addressable_runtime_device_count() -> int:
-    """Runtime devices this process can address (no SPMD: the same as addressable_device_count())."""
-    return addressable_device_count()
+    """Runtime devices this process can address (in SPMD mode, all those the virtual device spans)."""
+    return _C._runtime_device_count()
 
 
 def runtime_device_attributes(device) -> dict:

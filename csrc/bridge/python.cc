@@ -20,6 +20,10 @@
 namespace py = pybind11;
 using namespace txla;
 
+namespace txla::bridge {
+void RegisterSpmdBindings(py::module& m);  // spmd_py.cc
+}
+
 namespace {
 
 std::vector<graph::TensorPtr> XlaTensors(const std::vector<at::Tensor>& ts) {
@@ -128,7 +132,10 @@ std::vector<at::Tensor> RunStableHlo(const std::string& text, const std::vector<
     auto& slot = RunCache()[text];
     if (!slot) slot = std::make_shared<runtime::Executable>(client.Compile(text, runtime::CompileOptions{}));
     std::vector<PJRT_Buffer*> bufs;
-    for (auto& t : ts) bufs.push_back(t->data()->buffer.get());
+    for (auto& t : ts) {
+      if (t->data()->IsSpmd()) throw std::runtime_error("run_stablehlo: not supported in SPMD mode");
+      bufs.push_back(t->data()->buffer.get());
+    }
     results = client.Execute(*slot, bufs, device);
   }
   std::vector<at::Tensor> out;
@@ -202,6 +209,7 @@ PYBIND11_MODULE(_C, m) {
       return c;
     });
   });
+  bridge::RegisterSpmdBindings(m);
   m.def("_client_started", &graph::ClientStarted);
   m.def("_device_count", &graph::DeviceCount);
   m.def("_check_device", &graph::CheckDevice);

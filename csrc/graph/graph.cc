@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/spmd.h"
 #include "lowering/stablehlo.h"
 #include "util/half.h"
 #include "util/metrics.h"
@@ -155,22 +156,57 @@ DType PhysicalDType(DType logical) {
   return (f != DType::kF32 && (logical == DType::kF32 || logical == DType::kF64)) ? f : logical;
 }
 
-namespace {
-// Host bytes of `logical` values in the device's physical type (narrowing f32/f64 to bf16/f16).
-runtime::Buffer UploadLogical(const void* data, DType logical, const std::vector<int64_t>& dims, int device) {
-  DType phys = PhysicalDType(logical);
-  if (phys == logical) return GetClient().ToDevice(data, logical, dims, device);
-  int64_t n = 1;
-  for (auto d : dims) n *= d;
-  std::vector<uint16_t> narrow(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    float f = logical == DType::kF64 ? static_cast<float>(static_cast<const double*>(data)[i])
-                                     : static_cast<const float*>(data)[i];
-    narrow[i] = phys == DType::kBF16 ? FloatToBf16Bits(f) : FloatToHalfBits(f);
+ir::DeviceDataPtr UploadData(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding) {
+  // Host bytes of the logical values in the device's physical type (narrowing f32/f64 to bf16/f16).
+  DType logical = shape.dtype, phys = PhysicalDType(logical);
+  std::vector<uint16_t> narrow;
+  if (phys != logical) {
+    int64_t n = shape.numel();
+    narrow.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float f = logical == DType::kF64 ? static_cast<float>(static_cast<const double*>(data)[i])
+                                       : static_cast<const float*>(data)[i];
+      narrow[i] = phys == DType::kBF16 ? FloatToBf16Bits(f) : FloatToHalfBits(f);
+    }
+    data = narrow.data();
   }
-  return GetClient().ToDevice(narrow.data(), phys, dims, device);
+  if (spmd::Enabled()) {
+    return std::make_shared<ir::DeviceData>(spmd::UploadShards(data, phys, shape.dims, sharding.get()), shape, device,
+                                            std::move(sharding));
+  }
+  return std::make_shared<ir::DeviceData>(GetClient().ToDevice(data, phys, shape.dims, device), shape, device);
 }
-}  // namespace
+
+void DataToHost(const ir::DeviceData& d, void* dst) {
+  DType logical = d.shape.dtype, phys = PhysicalDType(logical);
+  size_t n = static_cast<size_t>(d.shape.numel());
+  auto read = [&](void* out, size_t nbytes) {
+    if (d.IsSpmd()) {
+      spmd::AssembleToHost(d, out, nbytes);
+    } else {
+      d.buffer.ToHost(out, nbytes);
+    }
+  };
+  if (phys == logical) {
+    metrics::Timer timer("TransferFromDeviceTime");
+    read(dst, n * runtime::ElementSize(logical));
+    return;
+  }
+  // XLA_USE_BF16 / XLA_USE_F16: widen the device's bf16/f16 to f32/f64
+  std::vector<uint16_t> narrow(n);
+  {
+    metrics::Timer timer("TransferFromDeviceTime");
+    read(narrow.data(), n * 2);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    float f = phys == DType::kBF16 ? Bf16BitsToFloat(narrow[i]) : HalfBitsToFloat(narrow[i]);
+    if (logical == DType::kF64) {
+      static_cast<double*>(dst)[i] = f;
+    } else {
+      static_cast<float*>(dst)[i] = f;
+    }
+  }
+}
 
 runtime::Client& GetClient() {
   if (runtime::InForkedChild()) {
@@ -200,7 +236,8 @@ const RuntimeConfig& Config() {
   return g_config;
 }
 
-int DeviceCount() { return GetClient().NumDevices(); }
+int DeviceCount() { return spmd::Enabled() ? 1 : GetClient().NumDevices(); }
+int RuntimeDeviceCount() { return GetClient().NumDevices(); }
 
 void CheckDevice(int device) {
   int n = DeviceCount();
@@ -210,17 +247,17 @@ void CheckDevice(int device) {
   }
 }
 
-TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device) {
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding) {
   CheckDevice(device);
-  runtime::Buffer buf;
+  ir::DeviceDataPtr d;
   {
     metrics::Timer timer("TransferToDeviceTime");
-    buf = UploadLogical(data, shape.dtype, shape.dims, device);
+    d = UploadData(data, shape, device, sharding && sharding->IsReplicated() ? nullptr : std::move(sharding));
   }
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
   auto t = std::make_shared<TensorData>(shape, device);
-  t->SetData(std::make_shared<ir::DeviceData>(std::move(buf), shape, device));
+  t->SetData(std::move(d));
   return Register(std::move(t));
 }
 
@@ -232,26 +269,7 @@ void TensorToHost(const TensorPtr& t, void* dst) {
   }
   size_t bytes = static_cast<size_t>(t->shape().numel()) * runtime::ElementSize(t->shape().dtype);
   if (bytes == 0) return;
-  DType logical = t->shape().dtype, phys = PhysicalDType(logical);
-  if (phys != logical) {  // XLA_USE_BF16 / XLA_USE_F16: widen the device's bf16/f16 to f32/f64
-    size_t n = static_cast<size_t>(t->shape().numel());
-    std::vector<uint16_t> narrow(n);
-    {
-      metrics::Timer timer("TransferFromDeviceTime");
-      t->data()->buffer.ToHost(narrow.data(), n * 2);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      float f = phys == DType::kBF16 ? Bf16BitsToFloat(narrow[i]) : HalfBitsToFloat(narrow[i]);
-      if (logical == DType::kF64) {
-        static_cast<double*>(dst)[i] = f;
-      } else {
-        static_cast<float*>(dst)[i] = f;
-      }
-    }
-  } else {
-    metrics::Timer timer("TransferFromDeviceTime");
-    t->data()->buffer.ToHost(dst, bytes);
-  }
+  DataToHost(*t->data(), dst);
   RaiseFailedChecks();  // a host read waited for the graph anyway
   metrics::AddSample("OutboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
 }
@@ -311,8 +329,7 @@ Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
   char bytes[16];
   ScalarBytes(v, iv, t, bytes, imag);
   ir::Shape shape(t, {});
-  runtime::Buffer buf = UploadLogical(bytes, t, {}, device);
-  auto data = std::make_shared<ir::DeviceData>(std::move(buf), shape, device);
+  auto data = UploadData(bytes, shape, device);
   data->donatable = false;  // the cache reuses it in later graphs
   Value node = ir::MakeDeviceData(data);
   cache.emplace(key, node);
@@ -417,7 +434,11 @@ void RaiseFailedChecks() {
   }
   for (auto& c : ran) {
     uint8_t ok = 1;
-    c.result->buffer.ToHost(&ok, 1);
+    if (c.result->IsSpmd()) {
+      spmd::AssembleToHost(*c.result, &ok, 1);
+    } else {
+      c.result->buffer.ToHost(&ok, 1);
+    }
     if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
@@ -477,6 +498,7 @@ Hash128 GraphHash(const PostOrder& po, const std::vector<Value>& roots, int devi
 struct Computation {
   runtime::Executable exe;
   std::string module_name;
+  std::vector<ir::ShardingPtr> output_shardings;  // SPMD: as XLA placed each result
 };
 
 // ---- compilation control state
@@ -648,6 +670,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   spec.aliases = aliases;
   if (!aliases.empty()) metrics::IncrementCounter("InputOutputAliasCount", static_cast<int64_t>(aliases.size()));
   spec.float_type = FloatStorageType();
+  runtime::CompileOptions copts = spmd::Enabled() ? spmd::PrepareModule(&spec) : OptionsForDevice(device);
   std::string text = lowering::EmitStableHlo(spec);
   if (DebugLevel() > 0 && !opts.eager) {
     std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] compile: graph '%s' (%zu nodes, %zu inputs, %zu outputs, hash %s) %s\n",
@@ -656,7 +679,6 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   }
   auto comp = std::make_shared<Computation>();
   comp->module_name = spec.name;
-  runtime::CompileOptions copts = OptionsForDevice(device);
   Hash128 pkey;
   bool from_disk = false;
   if (!g_cache_dir.empty()) {
@@ -700,6 +722,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
       }
     }
   }
+  if (spmd::Enabled()) comp->output_shardings = spmd::OutputShardings(comp->exe, roots);
   std::lock_guard<std::mutex> g(g_cache_mu);
   Cache()[key] = comp;
   return comp;
@@ -774,11 +797,18 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   std::vector<std::pair<int, int>> aliases;
   if (opts.donate) aliases = DonatableInputs(tensors, root_of, roots, po);
   Hash128 key = GraphHash(po, roots, device);
+  if (spmd::Enabled()) key = spmd::HashParamShardings(key, po.params);
   for (const auto& [param, result] : aliases) key = HashCombine(key, (static_cast<uint64_t>(param) << 32) | result);
   std::shared_ptr<Computation> comp;
   comp = LookupOrCompile(key, po, roots, device, opts, aliases);
   if (opts.executed) opts.executed->push_back(key);
 
+  std::vector<ir::DeviceDataPtr> datas;
+  if (spmd::Enabled()) {
+    datas = spmd::Execute(comp->exe, po.params, roots, comp->output_shardings, device,
+                          opts.eager ? "EagerOpExecuteTime" : "ExecuteTime");
+    g_any_computation = true;
+  } else {
   std::vector<PJRT_Buffer*> args;
   args.reserve(po.params.size());
   for (const Node* p : po.params) {
@@ -811,13 +841,13 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   }
   g_any_computation = true;
   if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");
-  std::vector<ir::DeviceDataPtr> datas;
   datas.reserve(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     datas.push_back(std::make_shared<ir::DeviceData>(std::move(outs[i]), roots[i].shape(), device));
   }
+  }
   if (opts.wait) {
-    for (auto& d : datas) d->buffer.Await();
+    for (auto& d : datas) d->Await();
   }
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i]->SetData(datas[root_of[i]]);
   if (!checks.empty()) {
@@ -897,7 +927,7 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
 
 void WaitDeviceOps() {
   for (auto& t : LiveTensors()) {
-    if (!t->HasPending() && t->data()) t->data()->buffer.Await();
+    if (!t->HasPending() && t->data()) t->data()->Await();
   }
 }
 
@@ -914,6 +944,7 @@ std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
   spec.params = po.params;
   spec.locations = HloDebug();
   spec.float_type = FloatStorageType();
+  if (spmd::Enabled()) spmd::PrepareModule(&spec);  // shows the shardings
   return lowering::EmitStableHlo(spec);
 }
 
@@ -928,6 +959,11 @@ std::string DumpIr(const std::vector<TensorPtr>& tensors) {
 size_t CompileCacheSize() {
   std::lock_guard<std::mutex> g(g_cache_mu);
   return Cache().size();
+}
+
+void ForgetCachedScalars() {
+  std::lock_guard<std::mutex> g(g_scalar_mu);
+  ScalarCache().clear();
 }
 
 void ClearCompileCache() {

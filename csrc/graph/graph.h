@@ -48,7 +48,8 @@ class TensorData {
 using TensorPtr = std::shared_ptr<TensorData>;
 
 TensorPtr TensorFromValue(ir::Value v, int device);
-TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device);
+// In SPMD mode, `sharding` lays the data out across the devices (null: replicated).
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding = nullptr);
 // Runs what the tensor needs (if pending) and copies it to dst (numel * element size bytes).
 void TensorToHost(const TensorPtr& t, void* dst);
 
@@ -64,13 +65,20 @@ void SetConfigResolver(std::function<RuntimeConfig()> resolver);
 bool ClientStarted();
 runtime::Client& GetClient();
 const RuntimeConfig& Config();
-int DeviceCount();  // starts the client
+int DeviceCount();  // starts the client; 1 in SPMD mode (one virtual device, xla:0)
+int RuntimeDeviceCount();  // the runtime's devices (SPMD: those the virtual device spans)
 void CheckDevice(int device);  // throws std::out_of_range with a clear message
 // XLA_USE_BF16=1 (XLA_USE_F16=1), read once at the first transfer or compile: f32 and f64 tensors are
 // stored and computed as bf16 (f16) on the device while their torch dtype stays f32/f64; host
 // copies narrow on upload and widen on read. FloatStorageType() is kF32 when neither is set.
 ir::DType FloatStorageType();
 ir::DType PhysicalDType(ir::DType logical);
+
+// ---- Host <-> device data (shared with SPMD, spmd.cc). Host bytes are in the logical dtype
+// (numel * element size); XLA_USE_BF16 narrowing/widening happens here. In SPMD mode the data is one
+// buffer per runtime device holding its shard of `sharding` (null: the whole array on each).
+ir::DeviceDataPtr UploadData(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding = nullptr);
+void DataToHost(const ir::DeviceData& d, void* dst);
 
 // ---- Scalars as graph inputs: 0 and 1 are constants; other values are uploaded once and cached,
 // so changing a scalar (learning rate, bias correction) never recompiles.
@@ -123,6 +131,7 @@ std::vector<TensorPtr> LiveTensors();
 std::string DumpIr(const std::vector<TensorPtr>& tensors);
 size_t CompileCacheSize();
 void ClearCompileCache();
+void ForgetCachedScalars();  // drops the cached scalar inputs (SPMD re-uploads them replicated)
 
 // ---- Compilation under the user's control.
 // While set (torch_xla.compile(full_graph=True)), any execution raises with this message.

@@ -57,7 +57,7 @@ const char* OpName(Op op) {
       "dynamic_slice", "dynamic_update_slice",
       "reduce", "arg_reduce", "reduce_window", "arg_reduce_window", "select_and_scatter", "sort", "cumulative",
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
-      "all_gather", "reduce_scatter", "all_to_all"};
+      "all_gather", "reduce_scatter", "all_to_all", "sharding"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -86,6 +86,7 @@ std::string Node::ToString() const {
   for (size_t i = 0; i < shapes.size(); ++i) os << (i ? ", " : "") << shapes[i].ToString();
   for (const auto& v : attrs.ints) os << " " << DimsToString(v);
   if (op == Op::kConstant) os << " value=" << attrs.f;
+  if (op == Op::kSharding) os << " " << attrs.s;
   if ((op == Op::kDotGeneral || op == Op::kConvolution) && attrs.n > 0) {
     os << " precision=" << (attrs.n == 1 ? "HIGH" : "HIGHEST");
   }
@@ -604,6 +605,17 @@ Value AllToAll(const Value& x, int64_t split_dim, int64_t concat_dim, const std:
   dims[split_dim] /= n;
   dims[concat_dim] *= n;
   return Make(Op::kAllToAll, {x}, Shape(x.dtype(), dims), CollectiveAttrs(groups, {split_dim, concat_dim, n}));
+}
+
+Value AnnotateSharding(const Value& x, const Sharding& sharding) {
+  Attrs a;
+  a.s = sharding.ToString();
+  return Make(Op::kSharding, {x}, x.shape(), a);
+}
+
+void DeviceData::Await() const {
+  if (buffer) buffer.Await();
+  for (const auto& b : shards) b.Await();
 }
 
 std::vector<Value> OptimizationBarrier(const std::vector<Value>& xs) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/sharding.h"
 #include "runtime/runtime.h"
 #include "util/hash.h"
 
@@ -35,10 +36,20 @@ struct Shape {
 
 // A buffer that lives on a device; leaves of the graph point at it.
 struct DeviceData {
-  runtime::Buffer buffer;
+  runtime::Buffer buffer;  // the data (one device); empty in SPMD mode, where `shards` hold it
   Shape shape;
   int device = 0;
   DeviceData(runtime::Buffer b, Shape s, int d) : buffer(std::move(b)), shape(std::move(s)), device(d) {}
+  // SPMD (torch_xla.runtime.use_spmd): one buffer per runtime device (device order), each holding
+  // that device's shard as `sharding` places it (null: replicated, never annotated by the user).
+  DeviceData(std::vector<runtime::Buffer> s, Shape sh, int d, ShardingPtr sharding_)
+      : shape(std::move(sh)), device(d), shards(std::move(s)), sharding(std::move(sharding_)) {}
+  std::vector<runtime::Buffer> shards;
+  ShardingPtr sharding;
+  bool IsSpmd() const { return !shards.empty(); }
+  // The sharding as XLA's text ("{replicated}" when null).
+  std::string ShardingText() const { return sharding ? sharding->ToString() : "{replicated}"; }
+  void Await() const;  // every buffer
   // False for buffers a cache keeps for later graphs (scalar inputs): never donated.
   bool donatable = true;
 };
@@ -66,6 +77,8 @@ enum class Op : uint16_t {
   kOptimizationBarrier,
   // collectives (in-graph, across replicas)
   kAllReduce, kAllGather, kReduceScatter, kAllToAll,
+  // SPMD: the operand annotated with a sharding (attrs.s, XLA's text); a custom call @Sharding
+  kSharding,
   kNumOps
 };
 const char* OpName(Op op);
@@ -205,6 +218,10 @@ Value AllToAll(const Value& x, int64_t split_dim, int64_t concat_dim, const std:
 // Collective ops' attributes: ints = replica groups followed by one list of op parameters.
 std::vector<std::vector<int64_t>> CollectiveGroups(const Attrs& a);
 const std::vector<int64_t>& CollectiveParams(const Attrs& a);
+
+// SPMD: x annotated with `sharding` (XLA's partitioner places the value so; the text is part of the
+// node hash, so a new sharding is a new graph).
+Value AnnotateSharding(const Value& x, const Sharding& sharding);
 
 // Precision of dot_general and convolution nodes built from now on (PyTorch/XLA's
 // set_mat_mul_precision): 0 = DEFAULT, 1 = HIGH, 2 = HIGHEST. Recorded in each node's attributes,

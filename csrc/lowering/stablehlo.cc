@@ -81,12 +81,23 @@ class Emitter {
     os << "  func.func public @main(";
     for (size_t i = 0; i < spec_.params.size(); ++i) {
       os << (i ? ", " : "") << "%arg" << i << ": " << T(spec_.params[i]->shapes[0]);
-      for (const auto& [param, result] : spec_.aliases) {
-        if (param == static_cast<int>(i)) os << " {tf.aliasing_output = " << result << " : i32}";
+      std::vector<std::string> attrs;
+      if (i < spec_.param_shardings.size() && !spec_.param_shardings[i].empty()) {
+        attrs.push_back("mhlo.sharding = \"" + spec_.param_shardings[i] + "\"");
       }
+      for (const auto& [param, result] : spec_.aliases) {
+        if (param == static_cast<int>(i)) attrs.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
+      }
+      for (size_t k = 0; k < attrs.size(); ++k) os << (k ? ", " : " {") << attrs[k];
+      if (!attrs.empty()) os << "}";
     }
     os << ") -> (";
-    for (size_t i = 0; i < spec_.roots.size(); ++i) os << (i ? ", " : "") << T(spec_.roots[i].shape());
+    for (size_t i = 0; i < spec_.roots.size(); ++i) {
+      os << (i ? ", " : "") << T(spec_.roots[i].shape());
+      if (i < spec_.result_shardings.size() && !spec_.result_shardings[i].empty()) {
+        os << " {mhlo.sharding = \"" << spec_.result_shardings[i] << "\"}";
+      }
+    }
     os << ") {\n" << body_.str();
     os << "    \"func.return\"(";
     for (size_t i = 0; i < spec_.roots.size(); ++i) os << (i ? ", " : "") << Name(spec_.roots[i]);
@@ -431,6 +442,9 @@ class Emitter {
                  " : i64");
         return;
       }
+      case Op::kSharding:
+        Line(n, "stablehlo.custom_call", "call_target_name = \"Sharding\", mhlo.sharding = \"" + A.s + "\"");
+        return;
       case Op::kDeviceData:
       case Op::kNumOps:
         break;

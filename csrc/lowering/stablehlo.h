@@ -18,6 +18,10 @@ struct ModuleSpec {
   // (parameter index, result index): the parameter's buffer is donated to that result
   // (tf.aliasing_output; XLA aliases them and PJRT donates the input buffer at execution).
   std::vector<std::pair<int, int>> aliases;
+  // SPMD: mhlo.sharding of each parameter / result (XLA's text; "" = none, XLA chooses). Empty
+  // vectors: no sharding attributes at all.
+  std::vector<std::string> param_shardings;
+  std::vector<std::string> result_shardings;
   // XLA_USE_BF16 / XLA_USE_F16: f32 and f64 values are emitted as this type (kF32 = no downcast).
   ir::DType float_type = ir::DType::kF32;
 };

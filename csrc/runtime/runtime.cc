@@ -501,6 +501,22 @@ std::string Executable::Serialize() const {
   return out;
 }
 
+std::string Executable::OptimizedProgram(std::string* format) const {
+  ExecutableRef ref(api_, exe_);
+  PJRT_Program program;
+  std::memset(&program, 0, sizeof program);
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  auto a = MakeArgs<PJRT_Executable_OptimizedProgram_Args>(PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE);
+  a.executable = ref.get();
+  a.program = &program;
+  Check(api_, PJRT_FN(api_, PJRT_Executable_OptimizedProgram)(&a), "Executable_OptimizedProgram");
+  std::string code(program.code_size, '\0');
+  program.code = code.data();
+  Check(api_, PJRT_FN(api_, PJRT_Executable_OptimizedProgram)(&a), "Executable_OptimizedProgram");
+  if (format != nullptr) format->assign(program.format ? program.format : "", program.format_size);
+  return code;
+}
+
 // --------------------------- Compile options --------------------------------
 
 std::string EncodeCompileOptions(const CompileOptions& opts) {
@@ -512,6 +528,7 @@ std::string EncodeCompileOptions(const CompileOptions& opts) {
   PutInt(build, 4, opts.num_replicas);    // num_replicas
   PutInt(build, 5, opts.num_partitions);  // num_partitions
   if (opts.use_spmd_partitioning) PutInt(build, 6, 1);
+  for (bool b : opts.allow_spmd_sharding_propagation_to_output) PutInt(build, 12, b ? 1 : 0);  // repeated bool
   if (!opts.device_assignment.empty()) {
     const auto& da = opts.device_assignment;  // [replica][partition]
     if (static_cast<int>(da.size()) != opts.num_replicas) {

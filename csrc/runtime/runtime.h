@@ -109,6 +109,9 @@ class Executable {
   size_t NumOutputs() const;
   // Serialized executable bytes (PJRT_Executable_Serialize), for a persistent cache.
   std::string Serialize() const;
+  // The optimized program (PJRT_Executable_OptimizedProgram): serialized HLO; *format receives
+  // its format name ("hlo", "hlo_with_config"). SPMD reads the output shardings from it.
+  std::string OptimizedProgram(std::string* format) const;
 
  private:
   const PJRT_Api* api_ = nullptr;
@@ -120,6 +123,9 @@ struct CompileOptions {
   int num_replicas = 1;
   int num_partitions = 1;
   bool use_spmd_partitioning = false;
+  // ExecutableBuildOptionsProto.allow_spmd_sharding_propagation_to_output (one flag per output, or
+  // one for all): where true, XLA picks that output's sharding.
+  std::vector<bool> allow_spmd_sharding_propagation_to_output;
   // device_assignment[replica][partition] = device id; empty: let the plugin choose.
   std::vector<std::vector<int>> device_assignment;
 };

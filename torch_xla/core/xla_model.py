@@ -524,14 +524,18 @@ class ToXlaTensorArena:
 def send_cpu_data_to_device(datas, device, input_sharding=None):
     """Copies every CPU tensor in ``datas`` (any nesting) to ``device``; a lone tensor is returned
     as a one-element list, as in PyTorch/XLA."""
-    if input_sharding is not None:
-        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...) needs SPMD, which this "
-                                  "torch_xla build does not implement yet")
     device = torch.device(device)
     if device.type != "xla":
         raise ValueError(f"send_cpu_data_to_device: not an XLA device: {device}")
+    if input_sharding is not None:  # SPMD: a ShardingSpec; each tensor is uploaded into its shards
+        from torch_xla.distributed.spmd import ShardingSpec
+        if not isinstance(input_sharding, ShardingSpec):
+            raise TypeError(f"input_sharding must be a torch_xla.distributed.spmd.ShardingSpec, got "
+                            f"{type(input_sharding).__name__}")
 
     def convert_fn(tensors):
+        if input_sharding is not None:
+            return [input_sharding.upload(t) if input_sharding.can_apply(t) else t.to(device) for t in tensors]
         return [t.to(device) for t in tensors]
 
     def select_fn(v):

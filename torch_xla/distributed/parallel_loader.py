@@ -9,7 +9,9 @@ graph runs while the next batches are being uploaded. An exception in either thr
 the training loop at the batch where it happened.
 
 ``host_to_device_transfer_threads`` is accepted; one upload thread serves all devices (batches keep
-their order). ``input_sharding`` (SPMD) is accepted and must be None.
+their order). ``input_sharding`` (SPMD, after ``torch_xla.runtime.use_spmd()``): a
+``torch_xla.distributed.spmd.ShardingSpec`` applied to every tensor of a batch whose rank matches
+it, or a dict of them keyed like the batch; each tensor is uploaded straight into its shards.
 """
 from __future__ import annotations
 
@@ -41,6 +43,27 @@ def _to_device(data, device):
         return type(data)(*(_to_device(v, device) for v in data))
     if isinstance(data, (list, tuple)):
         return type(data)(_to_device(v, device) for v in data)
+    return data
+
+
+def _to_device_sharded(data, device, sharding):
+    """As _to_device, uploading each tensor into the shards of its ShardingSpec (tensors whose rank
+    the spec does not fit are replicated)."""
+    if isinstance(data, torch.Tensor):
+        if sharding is not None and not isinstance(sharding, dict) and sharding.can_apply(data):
+            return sharding.upload(data)
+        return data.to(device)
+    if isinstance(data, dict):
+        items = [(k, _to_device_sharded(v, device, sharding.get(k) if isinstance(sharding, dict) else sharding))
+                 for k, v in data.items()]
+        try:
+            return type(data)(items)
+        except TypeError:
+            return dict(items)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(_to_device_sharded(v, device, sharding) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(_to_device_sharded(v, device, sharding) for v in data)
     return data
 
 
@@ -98,14 +121,23 @@ class ParallelLoader:
       loader_prefetch_size: CPU batches read ahead.
       device_prefetch_size: device batches uploaded ahead, per device.
       host_to_device_transfer_threads: accepted; one upload thread is used.
-      input_sharding: SPMD input sharding; must be None (SPMD is not implemented).
+      input_sharding: SPMD input sharding (a ``ShardingSpec``, or a dict of them for dict batches).
     """
 
     def __init__(self, cpu_loader, devices, batchdim: int = 0, batches_per_execution: int = 1,
                  loader_prefetch_size: int = 16, device_prefetch_size: int = 8,
                  host_to_device_transfer_threads: int = 1, input_sharding=None):
         if input_sharding is not None:
-            raise NotImplementedError("ParallelLoader(input_sharding=...) needs SPMD, which is not implemented")
+            from torch_xla import _C
+            from .spmd import ShardingSpec
+            if not _C._is_spmd():
+                raise RuntimeError("ParallelLoader(input_sharding=...) needs SPMD mode: call "
+                                   "torch_xla.runtime.use_spmd() first")
+            specs = input_sharding.values() if isinstance(input_sharding, dict) else [input_sharding]
+            for spec in specs:
+                if not isinstance(spec, ShardingSpec):
+                    raise TypeError(f"input_sharding must be a ShardingSpec (or a dict of them), got {type(spec).__name__}")
+        self._input_sharding = input_sharding
         if isinstance(devices, (str, torch.device)):
             devices = [devices]
         self._cpu_loader = cpu_loader
@@ -158,7 +190,8 @@ class ParallelLoader:
                 return
             device = self._devices[i % n]
             try:
-                moved = _to_device(item, device)
+                moved = _to_device(item, device) if self._input_sharding is None else \
+                    _to_device_sharded(item, device, self._input_sharding)
             except BaseException as e:
                 for q in self._queues.values():
                     self._put(q, _Failure(e))
