@@ -430,3 +430,23 @@ def test_children_see_one_device_on_every_platform(monkeypatch):
     assert tpu["TPU_PROCESS_ADDRESSES"].split(",")[3] == "localhost:8479"
     with pytest.raises(ValueError, match="1, 2, 4 or 8"):
         env("TPU", 0, 3)
+
+
+def test_zero_copy_upload_keeps_the_memory_alive():
+    """Host collectives hand their private result buffers to the device (the CPU plugin aliases
+    them instead of copying); the memory stays valid after Python drops the CPU tensor, until the
+    device buffer and every computation using it are gone."""
+    import gc
+    from torch_xla import _C
+    d = torch_xla.device()
+    ref = torch.arange(4096.0).reshape(64, 64)
+    c = ref.clone()
+    x = _C._from_cpu_adopt(c, 0)
+    y = x * 2  # pending work that reads the adopted buffer
+    del c
+    gc.collect()
+    _ = [torch.rand(64, 64) for _ in range(50)]  # reuse freed host memory if it had been released
+    torch.testing.assert_close(y.cpu(), ref * 2)
+    torch.testing.assert_close(x.cpu(), ref)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        _C._from_cpu_adopt(torch.ones(4, 4).t(), 0)

@@ -246,6 +246,22 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     graph::TensorToHost(x, out.data_ptr());
   });
+  // Host collectives: a device tensor that takes over a private contiguous CPU tensor's memory (the
+  // CPU plugin aliases it instead of copying). The CPU tensor must never be written afterwards; it
+  // is kept alive until the plugin lets go of it.
+  m.def("_from_cpu_adopt", [](const at::Tensor& cpu, int device) {
+    TORCH_CHECK(cpu.device().is_cpu() && cpu.is_contiguous() && cpu.storage_offset() == 0 && !cpu.requires_grad(),
+                "_from_cpu_adopt: expected a contiguous CPU tensor at storage offset 0");
+    ir::Shape shape(bridge::ToDType(cpu.scalar_type()), std::vector<int64_t>(cpu.sizes().begin(), cpu.sizes().end()));
+    // Keep the storage, not the tensor: the tensor's Python object must not be released off the GIL.
+    auto keep = std::make_shared<c10::Storage>(cpu.storage());
+    graph::TensorPtr t;
+    {
+      py::gil_scoped_release nogil;
+      t = graph::TensorFromHostZeroCopy(cpu.data_ptr(), shape, device, [keep]() mutable { keep.reset(); });
+    }
+    return bridge::MakeXla(t);
+  }, py::arg("cpu"), py::arg("device"));
   // xm.get_memory_info: the plugin's memory statistics, or None where it reports none (CPU).
   m.def("_memory_stats", [](int i) -> py::object {
     graph::CheckDevice(i);

@@ -261,6 +261,27 @@ TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, i
   return Register(std::move(t));
 }
 
+TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int device, std::function<void()> release) {
+  if (spmd::Enabled() || PhysicalDType(shape.dtype) != shape.dtype || shape.numel() == 0) {
+    TensorPtr t = TensorFromHost(data, shape, device);
+    release();
+    return t;
+  }
+  CheckDevice(device);
+  ir::DeviceDataPtr d;
+  {
+    metrics::Timer timer("TransferToDeviceTime");
+    d = std::make_shared<ir::DeviceData>(GetClient().ToDeviceZeroCopy(data, shape.dtype, shape.dims, device,
+                                                                      std::move(release)),
+                                         shape, device);
+  }
+  size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
+  metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
+  auto t = std::make_shared<TensorData>(shape, device);
+  t->SetData(std::move(d));
+  return Register(std::move(t));
+}
+
 void TensorToHost(const TensorPtr& t, void* dst) {
   if (!t->error().empty()) throw std::runtime_error("this XLA tensor has no value: " + t->error());
   if (t->HasPending()) {

@@ -50,6 +50,10 @@ using TensorPtr = std::shared_ptr<TensorData>;
 TensorPtr TensorFromValue(ir::Value v, int device);
 // In SPMD mode, `sharding` lays the data out across the devices (null: replicated).
 TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding = nullptr);
+// Like TensorFromHost, but the device buffer may alias `data` (CPU plugin): `release` runs once the
+// runtime no longer reads it; `data` must stay unchanged until then. Copies (and releases at once)
+// where aliasing does not apply (SPMD, bf16/f16 storage).
+TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int device, std::function<void()> release);
 // Runs what the tensor needs (if pending) and copies it to dst (numel * element size bytes).
 void TensorToHost(const TensorPtr& t, void* dst);
 

@@ -735,6 +735,55 @@ Buffer Client::ToDevice(const void* data, ElementType type, const std::vector<in
   return buf;
 }
 
+Buffer Client::ToDeviceZeroCopy(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                                int device_index, std::function<void()> release) {
+  PJRT_Event_OnReady* on_ready = nullptr;
+  try {
+    on_ready = PJRT_FN(api_, PJRT_Event_OnReady);
+  } catch (const PjrtError&) {
+    on_ready = nullptr;
+  }
+  if (on_ready == nullptr || data == nullptr) {  // cannot learn when the plugin is done: copy
+    Buffer b = ToDevice(data, type, dims, device_index);
+    release();
+    return b;
+  }
+  PJRT_Device* device = Device(device_index);
+  for (int64_t d : dims) {
+    if (d < 0) throw PjrtError("ToDevice: negative dimension " + std::to_string(d));
+  }
+  auto a = MakeArgs<PJRT_Client_BufferFromHostBuffer_Args>(PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE);
+  a.client = client_;
+  a.data = data;
+  a.type = ToPjrtType(type);
+  a.dims = dims.data();
+  a.num_dims = dims.size();
+  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableZeroCopy;
+  a.device = device;
+  Check(api_, PJRT_FN(api_, PJRT_Client_BufferFromHostBuffer)(&a), "Client_BufferFromHostBuffer");
+  Buffer buf(api_, a.buffer);
+  auto* cb = new ReadyCallback{api_, a.done_with_host_buffer, std::move(release)};
+  auto o = MakeArgs<PJRT_Event_OnReady_Args>(PJRT_Event_OnReady_Args_STRUCT_SIZE);
+  o.event = a.done_with_host_buffer;
+  o.callback = &OnReadyTrampoline;
+  o.user_arg = cb;
+  PJRT_Error* err = on_ready(&o);
+  if (err != nullptr) {  // no callback: wait for the plugin here (it copied, or holds the data until the buffer dies)
+    Discard(api_, err);
+    ReadyCallback* held = cb;
+    Buffer copy = ToDevice(data, type, dims, device_index);
+    buf = Buffer();  // drop the aliasing buffer first, then wait until the plugin lets go of `data`
+    {
+      Event done(api_, held->event);
+      done.Await("Client_BufferFromHostBuffer (zero copy)");
+    }
+    held->done();
+    delete held;
+    return copy;
+  }
+  return buf;
+}
+
 Executable Client::Compile(const std::string& mlir, const CompileOptions& opts) {
   std::string options = EncodeCompileOptions(opts);
   static const char kFormat[] = "mlir";

@@ -161,6 +161,13 @@ class Client {
   bool GetMemoryStats(int index, MemoryStats* out) const;
   // Host -> device. data is dense row-major with dims; copied before return.
   Buffer ToDevice(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index);
+  // Like ToDevice, but the plugin may use `data` in place instead of copying it (PJRT's immutable
+  // zero-copy semantics; the CPU plugin does for aligned data): `release` is called, on any thread,
+  // once the plugin no longer reads `data` (the buffer and every computation using it are gone).
+  // The caller must not write `data` before that. Falls back to a copy (release called at once)
+  // where the plugin cannot report that moment.
+  Buffer ToDeviceZeroCopy(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index,
+                          std::function<void()> release);
   // Compile MLIR (StableHLO text or bytecode). Throws PjrtError with the compiler's message.
   Executable Compile(const std::string& mlir, const CompileOptions& opts);
   // Loads a serialized executable, overriding its compile options with opts.

@@ -220,13 +220,29 @@ def _stage_flat(tensors: Sequence[torch.Tensor], scratch: bool = True):
     return shapes, out
 
 
+def _upload_owned(flat: torch.Tensor, device) -> torch.Tensor:
+    """``flat`` (a contiguous CPU tensor nobody else holds) on ``device``. On XLA the device buffer
+    takes over its memory (no copy on the CPU plugin): it is dropped from the staging cache first,
+    so it is never written again."""
+    if device.type == "cpu":
+        return flat.clone()
+    if device.type != "xla" or os.environ.get("TORCH_XLA_COLLECTIVE_ZERO_COPY", "1") == "0":
+        return flat.to(device)
+    from torch_xla import _C
+    with _staging_lock:
+        for dt, buf in list(_staging.items()):
+            if buf.data_ptr() == flat.data_ptr():
+                del _staging[dt]
+    return _C._from_cpu_adopt(flat, device.index or 0)
+
+
 def _unflatten(flat: torch.Tensor, idx: List[int], shapes, device, results: list):
     """Splits ``flat`` back into tensors of ``shapes`` on ``device`` (one upload per dtype)."""
     if len(idx) == 1:  # upload in its final shape: no pending view op on the result
         i = idx[0]
-        results[i] = flat.view(shapes[i]).to(device) if device.type != "cpu" else flat.view(shapes[i]).clone()
+        results[i] = _upload_owned(flat.view(shapes[i]), device)
         return
-    dev_flat = flat.to(device) if device.type != "cpu" else flat.clone()
+    dev_flat = _upload_owned(flat, device)
     off = 0
     for i in idx:
         n = 1
