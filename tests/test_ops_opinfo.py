@@ -205,6 +205,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("norm", "inf"): ("norm.Scalar", "norm.ScalarOpt_dim", "linalg_vector_norm"),
     ("sort", ""): ("sort", "sort.stable"),
     ("topk", ""): ("topk",),
+    ("median", ""): ("median", "median.dim"),
     ("gather", ""): ("gather",),
     ("scatter", ""): ("scatter.src", "scatter.value"),
     ("scatter_add", ""): ("scatter_add",),
@@ -550,6 +551,27 @@ def test_direct_rows():
     x = torch.arange(6.0)
     xx = x.to(XLA)
     torch.testing.assert_close(torch.ops.aten._reshape_alias(xx, [2, 3], [3, 1]).cpu(), x.reshape(2, 3))
+    # _conj_copy: functionalization's copy of z.conj() (complex only in eager).
+    z = torch.randn(5, dtype=torch.complex64)
+    torch.testing.assert_close(torch.ops.aten._conj_copy(z.to(XLA)).cpu(), torch.ops.aten._conj_copy(z))
+    # nll_loss2d (F.nll_loss / cross_entropy of [N, C, H, W]): forward and backward, every reduction.
+    inp, tgt, w = torch.randn(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4)), torch.rand(5)
+    tgt[0, 0, 0] = -100
+    for red in (0, 1, 2):
+        ref = torch.ops.aten.nll_loss2d_forward(inp, tgt, w, red, -100)
+        out = torch.ops.aten.nll_loss2d_forward(inp.to(XLA), tgt.to(XLA), w.to(XLA), red, -100)
+        torch.testing.assert_close(_to_cpu(out), ref)
+        g = torch.randn(ref[0].shape)
+        ref = torch.ops.aten.nll_loss2d_backward(g, inp, tgt, w, red, -100, ref[1])
+        out = torch.ops.aten.nll_loss2d_backward(g.to(XLA), inp.to(XLA), tgt.to(XLA), w.to(XLA), red, -100,
+                                                 out[1])
+        torch.testing.assert_close(out.cpu(), ref)
+    # embedding_renorm_ (nn.Embedding(max_norm=...)): rows named (once or twice) and over the norm only.
+    wt, ids = torch.randn(10, 4) * 2, torch.tensor([[1, 3], [3, 9]])
+    for p in (2.0, 1.0, 3.0, float("inf")):
+        ref = torch.embedding_renorm_(wt.clone(), ids, 1.5, p)
+        out = torch.embedding_renorm_(wt.to(XLA), ids.to(XLA), 1.5, p)
+        torch.testing.assert_close(out.cpu(), ref)
     # Index ops as torch's decompositions emit them (no bounds/negative-index checks in _unsafe_*).
     t = torch.arange(12.0).reshape(3, 4)
     i = torch.tensor([2, 0, 2])

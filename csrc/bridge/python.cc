@@ -329,6 +329,17 @@ PYBIND11_MODULE(_C, m) {
     d["error"] = x->error();
     return d;
   });
+  m.def("_set_buffer_donation", [](const at::Tensor& t, bool donate) {
+    return graph::SetBufferDonation(bridge::XlaFromUser(t), donate);
+  });
+  m.def("_get_buffer_donation", [](const at::Tensor& t) { return graph::GetBufferDonation(bridge::XlaFromUser(t)); });
+  m.def("_set_alias_with_buffer_donor_config", &graph::SetAliasWithBufferDonorConfig);
+  m.def("_get_alias_with_buffer_donor_config", &graph::AliasWithBufferDonorConfig);
+  m.def("_buffer_donated", [](const at::Tensor& t) {
+    // True when the tensor lost its buffer to a donation (reading it raises).
+    auto x = bridge::XlaFromUser(t);
+    return !x->HasPending() && !x->data() && !x->error().empty();
+  });
   m.def("_stablehlo_export", &ExportStableHlo, py::arg("outputs"), py::arg("inputs"));
   m.def("_run_stablehlo", &RunStableHlo, py::arg("text"), py::arg("args"), py::arg("device") = 0);
   m.def("_all_reduce_ingraph", [](const std::vector<at::Tensor>& ts, const std::string& kind, double scale,
