@@ -931,3 +931,19 @@ def test_mnist_classic_example_runs():
     assert len(losses) == 3 and all(np.isfinite(losses))
     final = float(re.search(r"Final loss: ([0-9.]+)", out).group(1))
     assert final < losses[0]  # it learns (synthetic all-zero labels)
+
+
+def test_xlac_dot_general_matches_einsum():
+    X = torch_xla._XLAC
+    dev = torch_xla.device()
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    r = X._xla_dot_general(a.to(dev), b.to(dev), (([2], [1]), ([0], [0])))
+    torch.testing.assert_close(r.cpu(), torch.einsum("bij,bjk->bik", a, b), rtol=1e-5, atol=1e-5)
+    r = X._xla_dot_general(a.to(dev).bfloat16(), b.to(dev).bfloat16(), (([2], [1]), ([0], [0])),
+                           precision_config="highest", preferred_element_type=torch.float32)
+    assert r.dtype == torch.float32 and r.shape == (2, 3, 5)
+    assert "precision" in torch_xla._XLAC._get_xla_tensors_hlo([r])
+    with pytest.raises(ValueError, match="dim_numbers"):
+        X._xla_dot_general(a.to(dev), b.to(dev), [2, 1])
+    with pytest.raises(ValueError, match="out of range"):
+        X._xla_dot_general(a.to(dev), b.to(dev), (([3], [1]), ([0], [0])))

@@ -206,6 +206,10 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sort", ""): ("sort", "sort.stable"),
     ("topk", ""): ("topk",),
     ("median", ""): ("median", "median.dim"),
+    ("nanmedian", ""): ("nanmedian", "nanmedian.dim"),
+    ("floor_divide", ""): ("floor_divide",),
+    ("vdot", ""): ("vdot",),
+    ("linalg.cross", ""): ("linalg_cross",),
     # ---- rows_math.cc (ops the OpInfo fallback survey found on the CPU: scripts/opinfo_fallbacks.py)
     ("asin", ""): ("asin",),
     ("acos", ""): ("acos",),
@@ -591,6 +595,7 @@ def test_direct_rows():
     # _conj_copy: functionalization's copy of z.conj() (complex only in eager).
     z = torch.randn(5, dtype=torch.complex64)
     torch.testing.assert_close(torch.ops.aten._conj_copy(z.to(XLA)).cpu(), torch.ops.aten._conj_copy(z))
+    torch.testing.assert_close(torch.conj_physical(z.to(XLA)).cpu(), torch.conj_physical(z))  # _conj_physical
     # nll_loss2d (F.nll_loss / cross_entropy of [N, C, H, W]): forward and backward, every reduction.
     inp, tgt, w = torch.randn(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4)), torch.rand(5)
     tgt[0, 0, 0] = -100

@@ -155,6 +155,29 @@ def _xla_sync_multi(tensors: Sequence[torch.Tensor], devices: Sequence = (), wai
     _C._sync(ts, bool(wait), "")
 
 
+# ---- dot_general ---------------------------------------------------------------------------------
+
+def _xla_dot_general(lhs: torch.Tensor, rhs: torch.Tensor, dim_numbers, precision_config=None,
+                     preferred_element_type: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``stablehlo.dot_general`` of two XLA tensors. ``dim_numbers`` is
+    ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``; the result holds the batch
+    dimensions, then lhs's free dimensions, then rhs's. ``precision_config`` is a mat mul precision
+    ('default', 'high', 'highest') or None for the current one."""
+    lhs, rhs = _xla_tensors([lhs, rhs], "_xla_dot_general")
+    try:
+        (lc, rc), (lb, rb) = dim_numbers
+    except (TypeError, ValueError):
+        raise ValueError("_xla_dot_general: dim_numbers must be ((lhs_contracting, rhs_contracting), "
+                         f"(lhs_batch, rhs_batch)), got {dim_numbers!r}") from None
+    if precision_config is None:
+        precision = -1
+    elif precision_config in _PRECISIONS:
+        precision = _PRECISIONS.index(precision_config)
+    else:
+        raise ValueError(f"precision_config must be one of {_PRECISIONS} or None, got {precision_config!r}")
+    return _C._dot_general(lhs, rhs, list(lc), list(rc), list(lb), list(rb), precision, preferred_element_type)
+
+
 # ---- buffer donation ---------------------------------------------------------------------------
 
 def _set_buffer_donation(tensor: torch.Tensor, should_donate: bool) -> bool:

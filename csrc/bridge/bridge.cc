@@ -897,8 +897,12 @@ void RegisterKernels() {
   // CompositeExplicitAutograd kernels that build their result through views and in-place writes run
   // below functionalization on our tensors; their views would reach the CPU fallback (a view cannot
   // fall back correctly). Run them under functionalization instead.
-  for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear"}) {
-    if (dispatcher.findSchema({std::string("aten::") + name, ""}) && registered.insert(name).second) {
+  for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear", "native_group_norm",
+                           "block_diag", "_chunk_cat", "unsafe_split.Tensor", "unsafe_split_with_sizes",
+                           "mvlgamma"}) {
+    std::string full(name), base = full.substr(0, full.find('.'));
+    std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
+    if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {
       lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
     }
   }

@@ -184,6 +184,42 @@ void AddMathRows(std::vector<OpRow>& rows) {
   rows.push_back({"logaddexp2", MathBinary([](const Value& a, const Value& b) { return LogAddExp(a, b, true); })});
   rows.push_back({"xlogy.Tensor", MathBinary(XLogY)});
 
+  // floor_divide: division rounded down (div(..., rounding_mode='floor')), as eager today.
+  rows.push_back({"floor_divide", [](OpArgs& a) -> V {
+    OpArgs b = a;
+    b.args.resize(3);
+    b.args[2].kind = Arg::kString;
+    b.args[2].str = "floor";
+    return FindOp("div.Tensor_mode")->fn(b);
+  }});
+  rows.push_back({"vdot", [](OpArgs& a) -> V {
+    if (ir::IsComplex(a.V(0).dtype())) throw NotLowered{};  // conj(self) . other: complex, on the CPU
+    if (a.V(0).rank() != 1 || a.V(1).rank() != 1) a.Fail("1D tensors expected, but got " + std::to_string(a.V(0).rank()) + "D and " + std::to_string(a.V(1).rank()) + "D tensors");
+    if (a.V(0).dtype() != a.V(1).dtype()) {
+      a.Fail("vdot : expected both vectors to have same dtype, but found " + std::string(ir::DTypeName(a.V(0).dtype())) +
+             " and " + ir::DTypeName(a.V(1).dtype()));
+    }
+    return FindOp("dot")->fn(a);
+  }});
+  // linalg_cross along dim (size 3): (a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0), broadcast.
+  rows.push_back({"linalg_cross", [](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    auto dims = BroadcastShapes(a.V(0).dims(), a.V(1).dims());
+    Value x = BroadcastTo(Cast(a.V(0), t), dims), y = BroadcastTo(Cast(a.V(1), t), dims);
+    int64_t d = ir::NormalizeDim(a.Int(2), static_cast<int>(dims.size()));
+    if (dims[d] != 3) a.Fail("linalg.cross: inputs dimension " + std::to_string(d) + " must have length 3. Got " +
+                             std::to_string(a.V(0).rank() > d ? a.V(0).dims()[d] : 0) + " and " +
+                             std::to_string(a.V(1).rank() > d ? a.V(1).dims()[d] : 0));
+    auto part = [&](const Value& v, int64_t i) {
+      std::vector<int64_t> st(dims.size(), 0), lim = dims, str(dims.size(), 1);
+      st[d] = i;
+      lim[d] = i + 1;
+      return ir::Slice(v, st, lim, str);
+    };
+    auto term = [&](int64_t i, int64_t j) { return Sub(Mul(part(x, i), part(y, j)), Mul(part(x, j), part(y, i))); };
+    return {ir::Concatenate({term(1, 2), term(2, 0), term(0, 1)}, d)};
+  }});
+
   // ---- activations
   rows.push_back({"hardsigmoid", [](OpArgs& a) -> V {
     Value x = a.V(0);
