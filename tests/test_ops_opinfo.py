@@ -207,6 +207,15 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("topk", ""): ("topk",),
     ("median", ""): ("median", "median.dim"),
     ("nanmedian", ""): ("nanmedian", "nanmedian.dim"),
+    ("erfinv", ""): ("erfinv",),
+    ("nn.functional.mish", ""): ("mish",),
+    ("nn.functional.glu", ""): ("glu",),
+    ("nn.functional.binary_cross_entropy", ""): ("binary_cross_entropy", "binary_cross_entropy_backward"),
+    ("nn.functional.smooth_l1_loss", ""): ("smooth_l1_loss",),
+    ("take", ""): ("take",),
+    ("count_nonzero", ""): ("count_nonzero.dim_IntList",),
+    ("index_fill", ""): ("index_fill.int_Scalar", "index_fill.int_Tensor"),
+    ("kthvalue", ""): ("kthvalue",),
     ("floor_divide", ""): ("floor_divide",),
     ("vdot", ""): ("vdot",),
     ("linalg.cross", ""): ("linalg_cross",),
@@ -287,7 +296,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
 SHAPE_ONLY = {"empty"}
 # (values, indices) ops where the order of tied elements is unspecified (topk; sort unless stable=True):
 # values must match, and xla's indices must point at those values (input.gather(dim, indices)).
-TIE_ORDER_OPS = {"sort": 0, "topk": 1}  # name -> position of dim in args
+TIE_ORDER_OPS = {"sort": 0, "topk": 1, "kthvalue": 1}  # name -> position of dim in args
 
 # OpInfos tested in float32 only (extra dtypes add compile time without exercising anything new:
 # pure data movement, or dtype-generic lowering already covered by a sibling case).
@@ -488,7 +497,10 @@ def _compare_ties(op, sample, actual, expected, what):
     assert indices.dtype == expected[1].dtype and indices.shape == expected[1].shape, f"{what}: indices"
     inp = sample.input.detach()
     if inp.dim() > 0:
-        torch.testing.assert_close(inp.gather(dim, indices), expected[0], rtol=0, atol=0, equal_nan=True,
+        want = expected[0]
+        if indices.dim() < inp.dim():  # a reduced dim (kthvalue, keepdim=False)
+            indices, want = indices.unsqueeze(dim), want.unsqueeze(dim)
+        torch.testing.assert_close(inp.gather(dim, indices), want, rtol=0, atol=0, equal_nan=True,
                                    msg=lambda m: f"{what}: xla indices do not point at the values: {m}")
 
 

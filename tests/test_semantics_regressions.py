@@ -113,6 +113,12 @@ CASES8 = {
     "group_norm_forward": lambda d: F.group_norm(_X46.reshape(2, 4, 3).to(d), 2),
     "floor_divide_neg": lambda d: torch.floor_divide(torch.tensor([-7.0, 7.0, -0.5], device=d), torch.tensor([2.0, -2.0, 1.0], device=d)),
     "linalg_cross_broadcast": lambda d: torch.linalg.cross(_X46[:1, :3].to(d), _X46[1:3, 3:].to(d)),
+    "take_negative_index": lambda d: _X46.to(d).take(torch.tensor([[0, -1], [5, -24]], device=d)),
+    "index_fill_negative_index": lambda d: _X46.to(d).index_fill(1, torch.tensor([-1, 2], device=d), -7.5),
+    "kthvalue_nan_largest": lambda d: torch.tensor([[3.0, NAN, 1.0, 2.0]], device=d).kthvalue(4, 1).values,
+    "bce_weighted_clamped_logs": lambda d: F.binary_cross_entropy(
+        torch.tensor([0.0, 1e-30, 0.3, 1.0], device=d), torch.tensor([0.0, 1.0, 0.5, 1.0], device=d),
+        weight=torch.tensor([1.0, 2.0, 3.0, 4.0], device=d)),
     "conj_physical_complex": lambda d: torch.tensor([1 + 2j, -3 - 1j], device=d).conj().resolve_conj(),
 }
 
@@ -140,6 +146,11 @@ RAISES8 = {
                               "out of bounds for c10::Half"),
     "random_from_ge_to": (lambda d: torch.zeros(3, device=d).random_(5, 5), RuntimeError, "from"),
     "arange_nan_end": (lambda d: torch.arange(-5, NAN, device=d), RuntimeError, "unsupported range"),
+    "bce_input_out_of_range": (lambda d: F.binary_cross_entropy(torch.tensor([1.5], device=d),
+                                                                  torch.tensor([1.0], device=d)), RuntimeError,
+                               "between 0 and 1"),
+    "take_index_out_of_range": (lambda d: torch.ones(3, device=d).take(torch.tensor([3], device=d)), IndexError,
+                                "out of range"),
     "non_scalar_cpu_operand": (lambda d: torch.ones(3, device=d) + torch.ones(3), RuntimeError, "same device"),
 }
 
@@ -236,9 +247,9 @@ def test_persistent_cache_write_failure_is_not_fatal(tmp_path):
 # accuracy near 0 and near the domain ends)
 _EXTREMES = torch.tensor([0.0, -0.0, 1e-8, -1e-8, 0.5, -0.5, 0.999999, -0.999999, 1.0, -1.0, 1.5, -3, 8.9, 9.1,
                           -9.1, 50, 88.8, 89.3, -89.3, 90, 1e10, 1e20, 1e30, -1e30, INF, -INF, NAN])
-_UNARY_MATH = {n: getattr(torch, n) for n in ("asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+_UNARY_MATH = {n: getattr(torch, n) for n in ("erfinv", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
                                               "log10", "exp2", "trunc", "frac", "sgn", "logit")}
-_UNARY_MATH.update({"hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish, "elu": F.elu, "logsigmoid": F.logsigmoid,
+_UNARY_MATH.update({"mish": F.mish, "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish, "elu": F.elu, "logsigmoid": F.logsigmoid,
                     "softshrink": F.softshrink, "hardshrink": F.hardshrink,
                     "threshold": lambda t: F.threshold(t, 0.5, -2.0), "round_3": lambda t: torch.round(t, decimals=3),
                     "round_m2": lambda t: torch.round(t, decimals=-2)})

@@ -710,6 +710,24 @@ void AddIndexRows(std::vector<OpRow>& rows) {
       return r;
     }});
   }
+  rows.push_back({"kthvalue", [](OpArgs& a) -> V {
+    // The k-th smallest along dim (stable ascending sort, NaN last, as eager counts NaN largest).
+    Value x = a.V(0);
+    int64_t k = a.Int(1);
+    if (x.rank() == 0) {
+      if (k != 1) a.Fail("kthvalue(): selected number k out of range for dimension 0");
+      return {x, ir::ConstantInt(0, DType::kS64)};
+    }
+    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
+    if (k < 1 || k > x.dims()[d]) a.Fail("kthvalue(): selected number k out of range for dimension " + std::to_string(d));
+    V s = SortWithIndices(x, d, false);
+    std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1), out = x.dims();
+    st[d] = k - 1;
+    lim[d] = k;
+    if (!a.Bool(3)) out.erase(out.begin() + d);
+    else out[d] = 1;
+    return {ir::Reshape(ir::Slice(s[0], st, lim, str), out), ir::Reshape(ir::Slice(s[1], st, lim, str), out)};
+  }});
   for (const char* name : {"_conj_copy", "_conj_physical"}) {
     rows.push_back({name, [](OpArgs& a) -> V {
       // conj(z) = re - (z - re): exact (z - re is i*im exactly), no overflow. Real tensors: a copy.

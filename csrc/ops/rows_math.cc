@@ -7,6 +7,7 @@
 // intermediates) and eager's NaN/inf results.
 #include <cmath>
 
+#include "graph/graph.h"
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -219,6 +220,129 @@ void AddMathRows(std::vector<OpRow>& rows) {
     auto term = [&](int64_t i, int64_t j) { return Sub(Mul(part(x, i), part(y, j)), Mul(part(x, j), part(y, i))); };
     return {ir::Concatenate({term(1, 2), term(2, 0), term(0, 1)}, d)};
   }});
+
+  rows.push_back({"erfinv", MathUnary([](const Value& x) { return ir::Unary(Op::kErfInv, x); })});
+  rows.push_back({"mish", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (!ir::IsFloating(x.dtype())) throw NotLowered{};
+    Value c = Cast(x, OpMath(x.dtype()));
+    return {Cast(Mul(c, ir::Unary(Op::kTanh, Log1p(Exp(c)))), x.dtype())};
+  }});
+  rows.push_back({"glu", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (!ir::IsFloating(x.dtype())) throw NotLowered{};
+    if (x.rank() == 0) a.Fail("glu does not support scalars because halving size must be even");
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    int64_t n = x.dims()[d];
+    if (n % 2) a.Fail("Halving dimension must be even, but dimension " + std::to_string(d) + " is size " + std::to_string(n));
+    std::vector<int64_t> st(x.rank(), 0), mid = x.dims(), str(x.rank(), 1);
+    mid[d] = n / 2;
+    Value c = Cast(x, OpMath(x.dtype()));
+    Value first = ir::Slice(c, st, mid, str);
+    st[d] = n / 2;
+    Value second = ir::Slice(c, st, c.dims(), str);
+    return {Cast(Mul(first, ir::Unary(Op::kLogistic, second)), x.dtype())};
+  }});
+
+  // ---- losses
+  auto reduce_loss = [](const Value& l, int64_t reduction) -> Value {
+    if (reduction == 0) return l;
+    std::vector<int64_t> all;
+    for (int i = 0; i < l.rank(); ++i) all.push_back(i);
+    Value s = l.rank() ? ir::Reduce(ir::ReduceKind::kSum, l, all) : l;
+    if (reduction == 2) return s;
+    return Div(s, C(static_cast<double>(l.shape().numel()), s));
+  };
+  rows.push_back({"binary_cross_entropy", [reduce_loss](OpArgs& a) -> V {
+    // (t - 1) * max(log1p(-x), -100) - t * max(log(x), -100), weighted: eager's CPU kernel. Inputs
+    // outside [0, 1] raise eager's error at the next sync or read (an in-graph check).
+    Value x = a.V(0), t = a.V(1);
+    if (!ir::IsFloating(x.dtype())) throw NotLowered{};
+    if (t.dims() != x.dims()) throw NotLowered{};  // eager's own size errors, on the CPU
+    DType ct = OpMath(x.dtype());
+    Value c = Cast(x, ct), tc = Cast(t, ct);
+    Value ok = ir::Binary(Op::kAnd, Le(C(0, c), c), Le(c, C(1, c)));
+    std::vector<int64_t> all;
+    for (int i = 0; i < c.rank(); ++i) all.push_back(i);
+    graph::AddCheck(c.rank() ? ir::Reduce(ir::ReduceKind::kAnd, ok, all) : ok,
+                    "all elements of input should be between 0 and 1", a.device, /*runtime_error=*/true);
+    Value l1 = Max(Log1p(ir::Unary(Op::kNeg, c)), C(-100, c));
+    Value l0 = Max(Log(c), C(-100, c));
+    Value loss = Sub(Mul(Sub(tc, C(1, tc)), l1), Mul(tc, l0));
+    if (auto w = a.OptV(2)) loss = Mul(loss, BroadcastTo(Cast(*w, ct), loss.dims()));
+    return {Cast(reduce_loss(loss, a.Int(3)), x.dtype())};
+  }});
+  rows.push_back({"binary_cross_entropy_backward", [](OpArgs& a) -> V {
+    // grad * w * (x - t) / max((1 - x) * x, 1e-12), divided by numel for the mean.
+    Value g = a.V(0), x = a.V(1), t = a.V(2);
+    if (!ir::IsFloating(x.dtype()) || t.dims() != x.dims()) throw NotLowered{};
+    DType ct = OpMath(x.dtype());
+    Value c = Cast(x, ct), tc = Cast(t, ct);
+    int64_t reduction = a.Int(4);
+    Value gc = BroadcastTo(Cast(g, ct), c.dims());
+    Value r = Div(Mul(Sub(c, tc), gc), Max(Mul(Sub(C(1, c), c), c), C(1e-12, c)));
+    if (auto w = a.OptV(3)) r = Mul(r, BroadcastTo(Cast(*w, ct), r.dims()));
+    if (reduction == 1) r = Div(r, C(static_cast<double>(c.shape().numel()), r));
+    return {Cast(r, x.dtype())};
+  }});
+  rows.push_back({"smooth_l1_loss", [reduce_loss](OpArgs& a) -> V {
+    Value x = a.V(0), t = a.V(1);
+    DType out = ResultType({&a.T(0), &a.T(1)});
+    if (!ir::IsFloating(out)) throw NotLowered{};
+    DType ct = OpMath(out);
+    auto dims = BroadcastShapes(x.dims(), t.dims());
+    Value d = Abs(Sub(BroadcastTo(Cast(x, ct), dims), BroadcastTo(Cast(t, ct), dims)));
+    double beta = a.Double(3);
+    Value l = beta == 0 ? d
+                        : ir::Select(Lt(d, C(beta, d)), Div(Mul(C(0.5, d), Mul(d, d)), C(beta, d)),
+                                     Sub(d, C(0.5 * beta, d)));
+    return {Cast(reduce_loss(l, a.Int(2)), out)};
+  }});
+
+  // ---- indexing
+  rows.push_back({"take", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(1);
+    int64_t n = x.shape().numel(), m = idx.shape().numel();
+    if (m == 0) return {ir::Full(0, ir::Shape(x.dtype(), idx.dims()))};
+    if (n == 0) a.Fail("take: tried to take from an empty tensor");
+    CheckIndexRange(idx, -n, n, "take: index out of range", a.device);
+    Value i = Cast(ir::Reshape(idx, {m}), DType::kS64);
+    i = ir::Select(Lt(i, C(0, i)), Add(i, C(static_cast<double>(n), i)), i);
+    Value g = ir::Gather(ir::Reshape(x, {n}), ir::Reshape(i, {m, 1}), {}, {0}, {0}, 1, {1});
+    return {ir::Reshape(g, idx.dims())};
+  }});
+  rows.push_back({"count_nonzero.dim_IntList", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    std::vector<int64_t> dims = DimsOf(a.Ints(1), x.rank());
+    Value nz = Cast(ir::Compare(CompareDir::kNE, x, ir::Full(0, x.shape())), DType::kS64);
+    if (x.rank() == 0) return {nz};
+    return {ir::Reduce(ir::ReduceKind::kSum, nz, dims)};
+  }});
+  for (bool tensor_value : {false, true}) {
+    rows.push_back({tensor_value ? "index_fill.int_Tensor" : "index_fill.int_Scalar", [tensor_value](OpArgs& a) -> V {
+      Value x = a.V(0), idx = a.V(2);
+      if (idx.rank() > 1) a.Fail("Index is supposed to be a vector");
+      if (ir::IsFloating(idx.dtype())) throw NotLowered{};
+      int64_t d = ir::NormalizeDim(a.Int(1), std::max(x.rank(), 1));
+      Value v = tensor_value ? a.V(3) : ScalarV(a.S(3), x.dtype(), a.device);
+      if (tensor_value && v.rank() != 0) throw NotLowered{};  // eager's own error
+      v = Cast(v, x.dtype());
+      int64_t m = idx.shape().numel();
+      if (m == 0) return {x};
+      if (x.rank() == 0) {  // index 0 or -1 of a scalar
+        CheckIndexRange(idx, -1, 1, "index_fill(): index out of range", a.device);
+        return {v};
+      }
+      int64_t n = x.dims()[d];
+      CheckIndexRange(idx, -n, n, "index_fill(): index out of range", a.device);
+      Value i = Cast(ir::Reshape(idx, {m}), DType::kS64);
+      i = ir::Select(Lt(i, C(0, i)), Add(i, C(static_cast<double>(n), i)), i);
+      Value hit = ir::Reduce(ir::ReduceKind::kOr,
+                             Eq(ir::Iota(ir::Shape(DType::kS64, {n, m}), 0), ir::BroadcastInDim(i, {n, m}, {1})), {1});
+      Value mask = ir::BroadcastInDim(hit, x.dims(), {d});
+      return {ir::Select(mask, ir::BroadcastInDim(v, x.dims(), {}), x)};
+    }});
+  }
 
   // ---- activations
   rows.push_back({"hardsigmoid", [](OpArgs& a) -> V {
