@@ -50,7 +50,9 @@ OpFn MathBinary(std::function<Value(const Value&, const Value&)> f) {
     DType out = FloatOf(ResultType({&a.T(0), &a.T(1)}));
     DType ct = OpMath(out);
     auto dims = BroadcastShapes(a.V(0).dims(), a.V(1).dims());
-    return {Cast(f(BroadcastTo(Cast(a.V(0), ct), dims), BroadcastTo(Cast(a.V(1), ct), dims)), out)};
+    // Operands take the result dtype first (a 0-dim f32 70000 next to an f16 tensor is inf, as eager).
+    Value x = Cast(Cast(a.V(0), out), ct), y = Cast(Cast(a.V(1), out), ct);
+    return {Cast(f(BroadcastTo(x, dims), BroadcastTo(y, dims)), out)};
   };
 }
 
@@ -291,7 +293,7 @@ void AddMathRows(std::vector<OpRow>& rows) {
     if (!ir::IsFloating(out)) throw NotLowered{};
     DType ct = OpMath(out);
     auto dims = BroadcastShapes(x.dims(), t.dims());
-    Value d = Abs(Sub(BroadcastTo(Cast(x, ct), dims), BroadcastTo(Cast(t, ct), dims)));
+    Value d = Abs(Sub(BroadcastTo(Cast(Cast(x, out), ct), dims), BroadcastTo(Cast(Cast(t, out), ct), dims)));
     double beta = a.Double(3);
     Value l = beta == 0 ? d
                         : ir::Select(Lt(d, C(beta, d)), Div(Mul(C(0.5, d), Mul(d, d)), C(beta, d)),
