@@ -205,6 +205,57 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("norm", "inf"): ("norm.Scalar", "norm.ScalarOpt_dim", "linalg_vector_norm"),
     ("sort", ""): ("sort", "sort.stable"),
     ("topk", ""): ("topk",),
+    ("median", ""): ("median", "median.dim"),
+    ("nanmedian", ""): ("nanmedian", "nanmedian.dim"),
+    ("erfinv", ""): ("erfinv",),
+    ("nn.functional.mish", ""): ("mish",),
+    ("nn.functional.glu", ""): ("glu",),
+    ("nn.functional.binary_cross_entropy", ""): ("binary_cross_entropy", "binary_cross_entropy_backward"),
+    ("nn.functional.smooth_l1_loss", ""): ("smooth_l1_loss",),
+    ("take", ""): ("take",),
+    ("count_nonzero", ""): ("count_nonzero.dim_IntList",),
+    ("index_fill", ""): ("index_fill.int_Scalar", "index_fill.int_Tensor"),
+    ("kthvalue", ""): ("kthvalue",),
+    ("floor_divide", ""): ("floor_divide",),
+    ("vdot", ""): ("vdot",),
+    ("linalg.cross", ""): ("linalg_cross",),
+    # ---- rows_math.cc (ops the OpInfo fallback survey found on the CPU: scripts/opinfo_fallbacks.py)
+    ("asin", ""): ("asin",),
+    ("acos", ""): ("acos",),
+    ("atan", ""): ("atan",),
+    ("sinh", ""): ("sinh",),
+    ("cosh", ""): ("cosh",),
+    ("asinh", ""): ("asinh",),
+    ("acosh", ""): ("acosh",),
+    ("atanh", ""): ("atanh",),
+    ("atan2", ""): ("atan2",),
+    ("log10", ""): ("log10",),
+    ("exp2", ""): ("exp2",),
+    ("trunc", ""): ("trunc",),
+    ("frac", ""): ("frac",),
+    ("sgn", ""): ("sgn",),
+    ("fmax", ""): ("fmax",),
+    ("fmin", ""): ("fmin",),
+    ("hypot", ""): ("hypot",),
+    ("logaddexp", ""): ("logaddexp",),
+    ("logaddexp2", ""): ("logaddexp2",),
+    ("xlogy", ""): ("xlogy.Tensor",),
+    ("nn.functional.hardsigmoid", ""): ("hardsigmoid",),
+    ("nn.functional.hardswish", ""): ("hardswish",),
+    ("nn.functional.hardshrink", ""): ("hardshrink",),
+    ("nn.functional.softshrink", ""): ("softshrink",),
+    ("nn.functional.elu", ""): ("elu",),
+    ("logit", ""): ("logit",),
+    ("nn.functional.logsigmoid", ""): ("log_sigmoid_forward", "log_sigmoid_backward"),
+    ("nn.functional.threshold", ""): ("threshold",),
+    ("round", "decimals_3"): ("round.decimals",),
+    ("round", "decimals_neg_3"): ("round.decimals",),
+    ("trace", ""): ("trace",),
+    ("eye", ""): ("eye", "eye.m"),
+    ("nansum", ""): ("nansum",),
+    ("cumprod", ""): ("cumprod",),
+    ("var_mean", ""): ("var_mean.correction",),
+    ("std_mean", ""): ("std_mean.correction",),
     ("gather", ""): ("gather",),
     ("scatter", ""): ("scatter.src", "scatter.value"),
     ("scatter_add", ""): ("scatter_add",),
@@ -245,7 +296,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
 SHAPE_ONLY = {"empty"}
 # (values, indices) ops where the order of tied elements is unspecified (topk; sort unless stable=True):
 # values must match, and xla's indices must point at those values (input.gather(dim, indices)).
-TIE_ORDER_OPS = {"sort": 0, "topk": 1}  # name -> position of dim in args
+TIE_ORDER_OPS = {"sort": 0, "topk": 1, "kthvalue": 1}  # name -> position of dim in args
 
 # OpInfos tested in float32 only (extra dtypes add compile time without exercising anything new:
 # pure data movement, or dtype-generic lowering already covered by a sibling case).
@@ -446,7 +497,10 @@ def _compare_ties(op, sample, actual, expected, what):
     assert indices.dtype == expected[1].dtype and indices.shape == expected[1].shape, f"{what}: indices"
     inp = sample.input.detach()
     if inp.dim() > 0:
-        torch.testing.assert_close(inp.gather(dim, indices), expected[0], rtol=0, atol=0, equal_nan=True,
+        want = expected[0]
+        if indices.dim() < inp.dim():  # a reduced dim (kthvalue, keepdim=False)
+            indices, want = indices.unsqueeze(dim), want.unsqueeze(dim)
+        torch.testing.assert_close(inp.gather(dim, indices), want, rtol=0, atol=0, equal_nan=True,
                                    msg=lambda m: f"{what}: xla indices do not point at the values: {m}")
 
 
@@ -550,6 +604,28 @@ def test_direct_rows():
     x = torch.arange(6.0)
     xx = x.to(XLA)
     torch.testing.assert_close(torch.ops.aten._reshape_alias(xx, [2, 3], [3, 1]).cpu(), x.reshape(2, 3))
+    # _conj_copy: functionalization's copy of z.conj() (complex only in eager).
+    z = torch.randn(5, dtype=torch.complex64)
+    torch.testing.assert_close(torch.ops.aten._conj_copy(z.to(XLA)).cpu(), torch.ops.aten._conj_copy(z))
+    torch.testing.assert_close(torch.conj_physical(z.to(XLA)).cpu(), torch.conj_physical(z))  # _conj_physical
+    # nll_loss2d (F.nll_loss / cross_entropy of [N, C, H, W]): forward and backward, every reduction.
+    inp, tgt, w = torch.randn(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4)), torch.rand(5)
+    tgt[0, 0, 0] = -100
+    for red in (0, 1, 2):
+        ref = torch.ops.aten.nll_loss2d_forward(inp, tgt, w, red, -100)
+        out = torch.ops.aten.nll_loss2d_forward(inp.to(XLA), tgt.to(XLA), w.to(XLA), red, -100)
+        torch.testing.assert_close(_to_cpu(out), ref)
+        g = torch.randn(ref[0].shape)
+        ref = torch.ops.aten.nll_loss2d_backward(g, inp, tgt, w, red, -100, ref[1])
+        out = torch.ops.aten.nll_loss2d_backward(g.to(XLA), inp.to(XLA), tgt.to(XLA), w.to(XLA), red, -100,
+                                                 out[1])
+        torch.testing.assert_close(out.cpu(), ref)
+    # embedding_renorm_ (nn.Embedding(max_norm=...)): rows named (once or twice) and over the norm only.
+    wt, ids = torch.randn(10, 4) * 2, torch.tensor([[1, 3], [3, 9]])
+    for p in (2.0, 1.0, 3.0, float("inf")):
+        ref = torch.embedding_renorm_(wt.clone(), ids, 1.5, p)
+        out = torch.embedding_renorm_(wt.to(XLA), ids.to(XLA), 1.5, p)
+        torch.testing.assert_close(out.cpu(), ref)
     # Index ops as torch's decompositions emit them (no bounds/negative-index checks in _unsafe_*).
     t = torch.arange(12.0).reshape(3, 4)
     i = torch.tensor([2, 0, 2])

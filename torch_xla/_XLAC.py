@@ -155,6 +155,65 @@ def _xla_sync_multi(tensors: Sequence[torch.Tensor], devices: Sequence = (), wai
     _C._sync(ts, bool(wait), "")
 
 
+# ---- dot_general ---------------------------------------------------------------------------------
+
+def _xla_dot_general(lhs: torch.Tensor, rhs: torch.Tensor, dim_numbers, precision_config=None,
+                     preferred_element_type: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``stablehlo.dot_general`` of two XLA tensors. ``dim_numbers`` is
+    ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``; the result holds the batch
+    dimensions, then lhs's free dimensions, then rhs's. ``precision_config`` is a mat mul precision
+    ('default', 'high', 'highest') or None for the current one."""
+    lhs, rhs = _xla_tensors([lhs, rhs], "_xla_dot_general")
+    try:
+        (lc, rc), (lb, rb) = dim_numbers
+    except (TypeError, ValueError):
+        raise ValueError("_xla_dot_general: dim_numbers must be ((lhs_contracting, rhs_contracting), "
+                         f"(lhs_batch, rhs_batch)), got {dim_numbers!r}") from None
+    if precision_config is None:
+        precision = -1
+    elif precision_config in _PRECISIONS:
+        precision = _PRECISIONS.index(precision_config)
+    else:
+        raise ValueError(f"precision_config must be one of {_PRECISIONS} or None, got {precision_config!r}")
+    return _C._dot_general(lhs, rhs, list(lc), list(rc), list(lb), list(rb), precision, preferred_element_type)
+
+
+# ---- buffer donation ---------------------------------------------------------------------------
+
+def _set_buffer_donation(tensor: torch.Tensor, should_donate: bool) -> bool:
+    """Marks ``tensor``'s device buffer for donation to the next graph that reads it (at a full sync
+    always, at ``_xla_sync_multi`` when the alias-with-buffer-donor config is on): the graph may reuse
+    the buffer for a result of the same shape and dtype, and ``tensor`` then has no value (reading it
+    raises). Returns False (nothing marked) when the tensor holds no device buffer of its own yet
+    (pending computation) or shares a cached scalar input."""
+    (tensor,) = _xla_tensors([tensor], "_set_buffer_donation")
+    return bool(_C._set_buffer_donation(tensor, bool(should_donate)))
+
+
+def _get_buffer_donation(tensor: torch.Tensor) -> bool:
+    (tensor,) = _xla_tensors([tensor], "_get_buffer_donation")
+    return bool(_C._get_buffer_donation(tensor))
+
+
+def _xla_set_enable_alias_with_buffer_donor_config(should_alias: bool) -> None:
+    """With True, syncs of listed tensors (``_xla_sync_multi``) also donate marked buffers, and
+    ``_get_graph_hash``/``_get_xla_tensors_hlo`` show the aliasing such a sync would use."""
+    _C._set_alias_with_buffer_donor_config(bool(should_alias))
+
+
+def _xla_get_enable_alias_with_buffer_donor_config() -> bool:
+    return bool(_C._get_alias_with_buffer_donor_config())
+
+
+def _is_placecholder(tensor: torch.Tensor) -> bool:
+    """True when ``tensor`` gave its buffer away (donation) and holds no value (upstream's spelling)."""
+    (tensor,) = _xla_tensors([tensor], "_is_placecholder")
+    return bool(_C._buffer_donated(tensor))
+
+
+_is_placeholder = _is_placecholder
+
+
 def _xla_sync_live_tensors(device: str = "", devices: Sequence = (), wait: bool = True) -> None:
     _C._sync(None, bool(wait), "")
 

@@ -298,6 +298,7 @@ class RowKernel : public c10::OperatorKernel {
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     counter_->fetch_add(1, std::memory_order_relaxed);
+    metrics::Timer tracing("LazyTracing");
     const auto& schema = op.schema();
     std::call_once(classes_once_, [&] {  // autograd may run the first call on a device thread
       for (const auto& a : schema.arguments()) classes_.push_back(Classify(a));
@@ -757,6 +758,10 @@ at::Tensor LiftFresh(const at::Tensor& self) {
 at::Scalar LocalScalarDense(const at::Tensor& self) {
   auto x = TryGetXla(self);
   TORCH_CHECK(x, "_local_scalar_dense: expected an XLA tensor");
+  // PyTorch/XLA reads a scalar through its CPU fallback: .item(), bool(t), int(t) count as
+  // aten::_local_scalar_dense (in met.executed_fallback_ops() too).
+  static std::atomic<int64_t>* counter = metrics::CounterSlot("aten::_local_scalar_dense");
+  counter->fetch_add(1, std::memory_order_relaxed);
   return ToCpu(x).item();
 }
 
@@ -837,6 +842,14 @@ std::vector<std::string>& RowsRegistered() {
 
 std::vector<std::string> RegisteredRows() { return RowsRegistered(); }
 
+void SparseUnsupported(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op.schema().name(),
+                              ": sparse tensors are not supported on XLA devices (no sparse layout, as in "
+                              "PyTorch/XLA). Sparse gradients come from nn.Embedding(sparse=True), "
+                              "nn.EmbeddingBag(sparse=True) or F.embedding/F.embedding_bag(..., sparse=True): "
+                              "use sparse=False");
+}
+
 void RegisterKernels() {
   static torch::Library* lib = nullptr;
   if (lib) return;
@@ -897,14 +910,22 @@ void RegisterKernels() {
   // CompositeExplicitAutograd kernels that build their result through views and in-place writes run
   // below functionalization on our tensors; their views would reach the CPU fallback (a view cannot
   // fall back correctly). Run them under functionalization instead.
-  for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear"}) {
-    if (dispatcher.findSchema({std::string("aten::") + name, ""}) && registered.insert(name).second) {
+  for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear", "native_group_norm",
+                           "block_diag", "_chunk_cat", "unsafe_split.Tensor", "unsafe_split_with_sizes",
+                           "mvlgamma"}) {
+    std::string full(name), base = full.substr(0, full.find('.'));
+    std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
+    if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {
       lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
     }
   }
   RegisterInplaceMetaKernels();
   RegisterFunctionalizationFixes({"add_.Tensor", "mul_.Tensor", "div_.Tensor", "addcdiv_", "addcmul_", "lerp_.Scalar",
                                   "lerp_.Tensor", "sqrt_"});
+  // No sparse XLA tensors (as PyTorch/XLA): the ops that would build one raise, naming the op.
+  static torch::Library* sparse =
+      new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::SparseXLA, __FILE__, __LINE__);
+  sparse->fallback(torch::CppFunction::makeFromBoxedFunction<&SparseUnsupported>());
   static torch::Library* fallback =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::XLA, __FILE__, __LINE__);
   fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());

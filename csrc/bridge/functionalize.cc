@@ -129,6 +129,47 @@ at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size
       [&](bool reapply) { return std::make_shared<UnfoldMeta>(reapply, dim, size, step); });
 }
 
+// as_strided reads the storage of its input. On a view, eager reads the base's storage, which the
+// view's own value (all functionalization hands the backend) does not hold: take the view's base as
+// the input instead (same storage, so the same elements), with the view's offset by default.
+struct AsStridedMeta : ViewMeta {
+  AsStridedMeta(bool reapply, std::vector<int64_t> size, std::vector<int64_t> stride, int64_t offset)
+      : ViewMeta(/*has_symbolic_inputs=*/false), reapply(reapply), size(std::move(size)), stride(std::move(stride)),
+        offset(offset) {}
+  at::Tensor forward(const at::Tensor& base) override {
+    return reapply ? at::_ops::as_strided::call(base, c10::fromIntArrayRefSlow(size), c10::fromIntArrayRefSlow(stride), offset)
+                   : at::_ops::as_strided_copy::call(base, c10::fromIntArrayRefSlow(size),
+                                                     c10::fromIntArrayRefSlow(stride), offset);
+  }
+  at::Tensor reverse(const at::Tensor& base, const at::Tensor& mutated) override {
+    return at::_ops::as_strided_scatter::call(base, mutated, c10::fromIntArrayRefSlow(size),
+                                              c10::fromIntArrayRefSlow(stride), offset);
+  }
+  bool reapply;
+  std::vector<int64_t> size, stride;
+  int64_t offset;
+};
+
+at::Tensor AsStridedFunctionalize(const at::Tensor& self, c10::SymIntArrayRef size_in, c10::SymIntArrayRef stride_in,
+                                  std::optional<c10::SymInt> offset_in) {
+  std::vector<int64_t> size = C10_AS_INTARRAYREF_SLOW(size_in).vec();
+  std::vector<int64_t> stride = C10_AS_INTARRAYREF_SLOW(stride_in).vec();
+  int64_t offset = offset_in ? offset_in->guard_int(__FILE__, __LINE__) : self.storage_offset();
+  at::Tensor src = self;
+  if (fimpl::isFunctionalTensor(self) && self.is_view()) {
+    at::Tensor base(self._base());
+    if (base.defined() && fimpl::isFunctionalTensor(base)) src = base;
+  }
+  if (fimpl::isFunctionalTensor(src)) fimpl::sync(src);
+  return FunctionalView(
+      src,
+      [&](const at::Tensor& t, bool reapply) {
+        return reapply ? at::_ops::as_strided::call(t, size_in, stride_in, offset)
+                       : at::_ops::as_strided_copy::call(t, size_in, stride_in, offset);
+      },
+      [&](bool reapply) { return std::make_shared<AsStridedMeta>(reapply, size, stride, offset); });
+}
+
 // ---- Generic meta kernel of in-place ops (see 2. above).
 struct InplaceMeta : c10::OperatorKernel {
   InplaceMeta(c10::OperatorHandle functional, bool check_overlap)
@@ -222,6 +263,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize, __FILE__, __LINE__);
   fn->impl("expand", TORCH_FN(ExpandFunctionalize));
   fn->impl("unfold", TORCH_FN(UnfoldFunctionalize));
+  fn->impl("as_strided", TORCH_FN(AsStridedFunctionalize));
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =

@@ -386,6 +386,48 @@ PYBIND11_MODULE(_C, m) {
     d["error"] = x->error();
     return d;
   });
+  m.def("_dot_general", [](const at::Tensor& lhs, const at::Tensor& rhs, const std::vector<int64_t>& lc,
+                           const std::vector<int64_t>& rc, const std::vector<int64_t>& lb,
+                           const std::vector<int64_t>& rb, int precision, std::optional<at::ScalarType> out) {
+    // stablehlo.dot_general with explicit dimension numbers (torch_xla._XLAC._xla_dot_general).
+    auto a = bridge::XlaFromUser(lhs), b = bridge::XlaFromUser(rhs);
+    if (a->device() != b->device()) throw py::value_error("_xla_dot_general: operands are on different XLA devices");
+    auto check = [](const std::vector<int64_t>& dims, int rank, const char* what) {
+      for (int64_t d : dims) {
+        if (d < 0 || d >= rank) throw py::value_error(std::string("_xla_dot_general: ") + what + " dimension " +
+                                                      std::to_string(d) + " out of range for rank " + std::to_string(rank));
+      }
+    };
+    check(lc, a->shape().rank(), "lhs contracting");
+    check(lb, a->shape().rank(), "lhs batch");
+    check(rc, b->shape().rank(), "rhs contracting");
+    check(rb, b->shape().rank(), "rhs batch");
+    ir::Value x = a->GetValue(), y = b->GetValue();
+    ir::DType t = out ? bridge::ToDType(*out) : x.dtype();
+    if (x.dtype() != y.dtype()) throw py::value_error("_xla_dot_general: operands must have the same dtype");
+    int old = ir::MatMulPrecision();
+    if (precision >= 0) ir::SetMatMulPrecision(precision);
+    ir::Value r;
+    try {
+      r = ir::DotGeneral(x, y, lb, rb, lc, rc, t);
+    } catch (...) {
+      ir::SetMatMulPrecision(old);
+      throw;
+    }
+    ir::SetMatMulPrecision(old);
+    return bridge::MakeXla(graph::TensorFromValue(r, a->device()));
+  });
+  m.def("_set_buffer_donation", [](const at::Tensor& t, bool donate) {
+    return graph::SetBufferDonation(bridge::XlaFromUser(t), donate);
+  });
+  m.def("_get_buffer_donation", [](const at::Tensor& t) { return graph::GetBufferDonation(bridge::XlaFromUser(t)); });
+  m.def("_set_alias_with_buffer_donor_config", &graph::SetAliasWithBufferDonorConfig);
+  m.def("_get_alias_with_buffer_donor_config", &graph::AliasWithBufferDonorConfig);
+  m.def("_buffer_donated", [](const at::Tensor& t) {
+    // True when the tensor lost its buffer to a donation (reading it raises).
+    auto x = bridge::XlaFromUser(t);
+    return !x->HasPending() && !x->data() && !x->error().empty();
+  });
   m.def("_stablehlo_export", &ExportStableHlo, py::arg("outputs"), py::arg("inputs"));
   m.def("_run_stablehlo", &RunStableHlo, py::arg("text"), py::arg("args"), py::arg("device") = 0);
   // In-graph collectives: StableHLO collectives over replica groups (the ids of the replicas of a

@@ -29,6 +29,7 @@ using ir::Value;
 // ------------------------------------------------------------------ live tensor registry
 namespace {
 std::atomic<int64_t> g_next_id{1};
+std::atomic<bool> g_alias_with_donor_config{false};
 
 // TensorData is owned by shared_ptr; we keep weak handles next to the raw registry.
 std::mutex g_weak_mu;
@@ -56,9 +57,16 @@ TensorData::~TensorData() {
   metrics::IncrementCounter("DestroyXlaTensor");
 }
 
+namespace {
+const char* kDonatedMessage =
+    "its device buffer was donated to a computation at a sync (torch_xla._XLAC._set_buffer_donation(t, True)) "
+    "and holds no value any more";
+}  // namespace
+
 Value TensorData::GetValue() {
   if (!error_.empty()) throw std::runtime_error("this XLA tensor has no value: " + error_);
   if (pending_) return pending_;
+  if (data_ && data_->donated) throw std::runtime_error(std::string("this XLA tensor has no value: ") + kDonatedMessage);
   if (!data_node_) {
     if (!data_) throw std::runtime_error("internal: XLA tensor has neither data nor a pending value");
     data_node_ = ir::MakeDeviceData(data_);
@@ -249,6 +257,7 @@ void CheckDevice(int device) {
 
 TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding) {
   CheckDevice(device);
+  metrics::Timer to_data("TensorToData");
   ir::DeviceDataPtr d;
   {
     metrics::Timer timer("TransferToDeviceTime");
@@ -256,8 +265,12 @@ TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, i
   }
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
+  metrics::IncrementCounter("CreateDataHandles");
   auto t = std::make_shared<TensorData>(shape, device);
-  t->SetData(std::move(d));
+  {
+    metrics::Timer wrap("WrapXlaData");
+    t->SetData(std::move(d));
+  }
   return Register(std::move(t));
 }
 
@@ -268,6 +281,7 @@ TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int d
     return t;
   }
   CheckDevice(device);
+  metrics::Timer to_data("TensorToData");
   ir::DeviceDataPtr d;
   {
     metrics::Timer timer("TransferToDeviceTime");
@@ -277,13 +291,20 @@ TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int d
   }
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
+  metrics::IncrementCounter("CreateDataHandles");
   auto t = std::make_shared<TensorData>(shape, device);
-  t->SetData(std::move(d));
+  {
+    metrics::Timer wrap("WrapXlaData");
+    t->SetData(std::move(d));
+  }
   return Register(std::move(t));
 }
 
 void TensorToHost(const TensorPtr& t, void* dst) {
   if (!t->error().empty()) throw std::runtime_error("this XLA tensor has no value: " + t->error());
+  if (!t->HasPending() && t->data() && t->data()->donated) {
+    throw std::runtime_error(std::string("this XLA tensor has no value: ") + kDonatedMessage);
+  }
   if (t->HasPending()) {
     std::vector<TensorPtr> one{t};
     SyncTensors(&one, SyncOptions{});
@@ -347,6 +368,8 @@ Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() > 4096) cache.clear();
+  metrics::IncrementCounter("DeviceDataCacheMiss");
+  metrics::IncrementCounter("CreateDataHandles");
   char bytes[16];
   ScalarBytes(v, iv, t, bytes, imag);
   ir::Shape shape(t, {});
@@ -673,7 +696,7 @@ runtime::CompileOptions OptionsForDevice(int device) {
 // Step 3: find or build the executable (memory cache, then the persistent cache, then XLA).
 std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder& po, const std::vector<Value>& roots,
                                              int device, const SyncOptions& opts,
-                                             const std::vector<std::pair<int, int>>& aliases) {
+                                             const std::vector<std::pair<int, int>>& aliases, bool aliasing) {
   {
     std::lock_guard<std::mutex> g(g_cache_mu);
     auto it = Cache().find(key);
@@ -689,7 +712,8 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   spec.roots = roots;
   spec.locations = HloDebug();
   spec.aliases = aliases;
-  if (!aliases.empty()) metrics::IncrementCounter("InputOutputAliasCount", static_cast<int64_t>(aliases.size()));
+  // As PyTorch/XLA: one sample per compiled graph that considered aliasing, valued its alias count.
+  if (aliasing) metrics::AddSample("InputOutputAliasCount", static_cast<double>(aliases.size()), metrics::Unit::kCount);
   spec.float_type = FloatStorageType();
   runtime::CompileOptions copts = spmd::Enabled() ? spmd::PrepareModule(&spec) : OptionsForDevice(device);
   std::string text = lowering::EmitStableHlo(spec);
@@ -726,6 +750,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
         }
       }
       comp->exe = GetClient().Compile(text, copts);
+      metrics::IncrementCounter("CreateCompileHandles");
     } catch (const std::exception& e) {
       const char* dump = std::getenv("TXLA_DUMP_ON_ERROR");
       std::string msg = std::string("XLA compilation failed: ") + e.what();
@@ -755,12 +780,24 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
 // and the sync covers every live tensor, so every other graph that reads it is this one. Each
 // parameter and each result is aliased at most once; shapes and dtypes match by construction.
 std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& tensors, const std::vector<int>& root_of,
-                                                 const std::vector<Value>& roots, const PostOrder& po) {
+                                                 const std::vector<Value>& roots, const PostOrder& po, bool ltc,
+                                                 bool user) {
   std::vector<std::pair<int, int>> aliases;
   std::unordered_map<const ir::DeviceData*, int> param_of;
   for (size_t p = 0; p < po.params.size(); ++p) param_of[po.params[p]->data.get()] = static_cast<int>(p);
   std::unordered_set<int> used_params, used_results;
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  auto donate_to_any_result = [&](size_t p) {
+    const ir::DeviceDataPtr& d = po.params[p]->data;
+    for (size_t r = 0; r < roots.size(); ++r) {
+      if (used_results.count(static_cast<int>(r)) || roots[r].node->op == ir::Op::kDeviceData) continue;
+      if (roots[r].shape() != d->shape) continue;
+      used_params.insert(static_cast<int>(p));
+      used_results.insert(static_cast<int>(r));
+      aliases.emplace_back(static_cast<int>(p), static_cast<int>(r));
+      return;
+    }
+  };
+  for (size_t i = 0; i < tensors.size() && ltc; ++i) {
     const ir::DeviceDataPtr& d = tensors[i]->data();
     if (!d || !d->donatable || d.use_count() != 2) continue;  // the tensor's reference + the parameter node's
     auto it = param_of.find(d.get());
@@ -774,17 +811,17 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
   // Functionalization replaces a mutated tensor's inner value by a new tensor: the old buffer is
   // then held by the parameter node alone, and nothing can read it after this graph. Donate it to a
   // result of the same shape and dtype.
-  for (size_t p = 0; p < po.params.size(); ++p) {
+  for (size_t p = 0; p < po.params.size() && ltc; ++p) {
     const ir::DeviceDataPtr& d = po.params[p]->data;
     if (!d || !d->donatable || d.use_count() != 1 || used_params.count(static_cast<int>(p))) continue;
-    for (size_t r = 0; r < roots.size(); ++r) {
-      if (used_results.count(static_cast<int>(r)) || roots[r].node->op == ir::Op::kDeviceData) continue;
-      if (roots[r].shape() != d->shape) continue;
-      used_params.insert(static_cast<int>(p));
-      used_results.insert(static_cast<int>(r));
-      aliases.emplace_back(static_cast<int>(p), static_cast<int>(r));
-      break;
-    }
+    donate_to_any_result(p);
+  }
+  // Buffers the user marked for donation: donated whoever still holds them (those holders lose
+  // their value after the run), to a result of the same shape and dtype.
+  for (size_t p = 0; p < po.params.size() && user; ++p) {
+    const ir::DeviceDataPtr& d = po.params[p]->data;
+    if (!d || !d->donatable || !d->user_donor || used_params.count(static_cast<int>(p))) continue;
+    donate_to_any_result(p);
   }
   std::sort(aliases.begin(), aliases.end());
   return aliases;
@@ -816,12 +853,12 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   PostOrder po = ComputePostOrder(roots);
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   std::vector<std::pair<int, int>> aliases;
-  if (opts.donate) aliases = DonatableInputs(tensors, root_of, roots, po);
+  if (opts.donate || opts.user_donors) aliases = DonatableInputs(tensors, root_of, roots, po, opts.donate, opts.user_donors);
   Hash128 key = GraphHash(po, roots, device);
   if (spmd::Enabled()) key = spmd::HashParamShardings(key, po.params);
   for (const auto& [param, result] : aliases) key = HashCombine(key, (static_cast<uint64_t>(param) << 32) | result);
   std::shared_ptr<Computation> comp;
-  comp = LookupOrCompile(key, po, roots, device, opts, aliases);
+  comp = LookupOrCompile(key, po, roots, device, opts, aliases, opts.donate || opts.user_donors);
   if (opts.executed) opts.executed->push_back(key);
 
   std::vector<ir::DeviceDataPtr> datas;
@@ -832,12 +869,18 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   } else {
   std::vector<PJRT_Buffer*> args;
   args.reserve(po.params.size());
-  for (const Node* p : po.params) {
-    if (p->data->device != device) {
-      throw std::runtime_error("a graph mixes tensors of XLA devices " + std::to_string(p->data->device) + " and " +
-                               std::to_string(device) + "; move them to one device first");
+  {
+    metrics::Timer unwrap("UnwrapXlaData");
+    for (const Node* p : po.params) {
+      if (p->data->device != device) {
+        throw std::runtime_error("a graph mixes tensors of XLA devices " + std::to_string(p->data->device) + " and " +
+                                 std::to_string(device) + "; move them to one device first");
+      }
+      if (p->data->donated) {
+        throw std::runtime_error(std::string("a graph reads an XLA tensor whose device buffer is gone: ") + kDonatedMessage);
+      }
+      args.push_back(p->data->buffer.get());
     }
-    args.push_back(p->data->buffer.get());
   }
   std::vector<runtime::Buffer> outs;
   {
@@ -861,10 +904,27 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     }
   }
   g_any_computation = true;
+  // The donated inputs' buffers now belong to the outputs: mark them, and take the value of any tensor
+  // still holding one (only a buffer the user marked for donation can still be held).
+  bool user_donated = false;
+  for (const auto& [param, result] : aliases) {
+    ir::DeviceData* d = po.params[param]->data.get();
+    d->donated = true;
+    user_donated |= d->user_donor;
+  }
+  if (user_donated) {
+    for (auto& t : LiveTensors()) {
+      if (!t->HasPending() && t->data() && t->data()->donated) t->SetError(kDonatedMessage);
+    }
+  }
   if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");
+  metrics::IncrementCounter("CreateDataHandles", static_cast<int64_t>(outs.size()));
   datas.reserve(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
-    datas.push_back(std::make_shared<ir::DeviceData>(std::move(outs[i]), roots[i].shape(), device));
+  {
+    metrics::Timer wrap("WrapXlaData");
+    for (size_t i = 0; i < outs.size(); ++i) {
+      datas.push_back(std::make_shared<ir::DeviceData>(std::move(outs[i]), roots[i].shape(), device));
+    }
   }
   }
   if (opts.wait) {
@@ -942,9 +1002,24 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
     return !(e && (std::string(e) == "0" || std::string(e) == "false"));
   }();
   o.donate = aliasing && tensors == nullptr && !opts.eager;
+  o.user_donors = !opts.eager && (tensors == nullptr || g_alias_with_donor_config.load());
   for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
   if (opts.wait) RaiseFailedChecks();
 }
+
+bool SetBufferDonation(const TensorPtr& t, bool donate) {
+  if (!t->error().empty() || t->HasPending() || !t->data() || !t->data()->donatable || t->data()->donated) return false;
+  t->data()->user_donor = donate;
+  metrics::IncrementCounter("XlaSetBufferDonation");
+  return true;
+}
+
+bool GetBufferDonation(const TensorPtr& t) {
+  return t->error().empty() && !t->HasPending() && t->data() && t->data()->user_donor;
+}
+
+void SetAliasWithBufferDonorConfig(bool on) { g_alias_with_donor_config = on; }
+bool AliasWithBufferDonorConfig() { return g_alias_with_donor_config.load(); }
 
 void WaitDeviceOps() {
   for (auto& t : LiveTensors()) {
@@ -965,6 +1040,10 @@ std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
   spec.params = po.params;
   spec.locations = HloDebug();
   spec.float_type = FloatStorageType();
+  if (g_alias_with_donor_config.load()) {  // what a sync of these tensors would donate
+    std::vector<int> root_of;
+    spec.aliases = DonatableInputs(ts, root_of, spec.roots, po, /*ltc=*/false, /*user=*/true);
+  }
   if (spmd::Enabled()) spmd::PrepareModule(&spec);  // shows the shardings
   return lowering::EmitStableHlo(spec);
 }

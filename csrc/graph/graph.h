@@ -124,6 +124,9 @@ struct SyncOptions {
   // overwrites and nothing else references are donated to their outputs (XLA_ENABLE_PARAM_ALIASING=0
   // turns this off).
   bool donate = false;
+  // Buffers marked by the user (SetBufferDonation) are donated: set by SyncTensors for a full sync,
+  // and for a sync of listed tensors when the alias-with-buffer-donor config is on.
+  bool user_donors = false;
 };
 // Materializes the given tensors (all live pending tensors when `tensors` is null).
 void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts);
@@ -134,6 +137,16 @@ std::vector<TensorPtr> LiveTensors();
 // Debug: the pending IR graph of the tensors as text.
 std::string DumpIr(const std::vector<TensorPtr>& tensors);
 size_t CompileCacheSize();
+
+// ---- Explicit buffer donation (torch_xla._XLAC._set_buffer_donation / _get_buffer_donation).
+// Marks the tensor's device buffer to be donated by the next graph that reads it: at a full sync
+// always, at a sync of listed tensors when the alias-with-buffer-donor config is on. A donated buffer
+// is never read again: the tensors holding it raise on use. Returns false (nothing marked) for a
+// tensor without device data of its own (pending, or a cached scalar input).
+bool SetBufferDonation(const TensorPtr& t, bool donate);
+bool GetBufferDonation(const TensorPtr& t);
+void SetAliasWithBufferDonorConfig(bool on);
+bool AliasWithBufferDonorConfig();
 void ClearCompileCache();
 void ForgetCachedScalars();  // drops the cached scalar inputs (SPMD re-uploads them replicated)
 

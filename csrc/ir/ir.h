@@ -52,6 +52,11 @@ struct DeviceData {
   void Await() const;  // every buffer
   // False for buffers a cache keeps for later graphs (scalar inputs): never donated.
   bool donatable = true;
+  // Marked by the user (torch_xla._XLAC._set_buffer_donation): donated at the next sync that reads
+  // it, even while a tensor still holds it (that tensor then has no value).
+  bool user_donor = false;
+  // Set once the buffer was given to an executable's output: it must never be read again.
+  bool donated = false;
 };
 using DeviceDataPtr = std::shared_ptr<DeviceData>;
 

@@ -71,7 +71,17 @@ class Emitter {
     for (size_t i = 0; i < spec_.params.size(); ++i) names_[spec_.params[i]] = "%arg" + std::to_string(i);
     for (const Node* n : spec_.post_order) {
       if (n->op == Op::kDeviceData) continue;
-      EmitNode(*n);
+      if (spec_.locations && !n->scope.empty()) {
+        // Every op emitted for the node carries its source location (not just the last one).
+        std::ostringstream outer;
+        std::swap(outer, body_);
+        EmitNode(*n);
+        std::string chunk = body_.str();
+        std::swap(outer, body_);
+        body_ << TagLines(chunk, Location(n->scope));
+      } else {
+        EmitNode(*n);
+      }
     }
     std::ostringstream os;
     std::string name;
@@ -159,6 +169,23 @@ class Emitter {
     if (precision <= 0) return "";
     const char* p = precision == 1 ? "HIGH" : "HIGHEST";
     return std::string(", precision_config = [#stablehlo<precision ") + p + ">, #stablehlo<precision " + p + ">]";
+  }
+
+  // Appends `loc` to each top-level op line (4-space indent, ending in its result type) lacking one.
+  static std::string TagLines(const std::string& chunk, const std::string& loc) {
+    std::string out;
+    size_t pos = 0;
+    while (pos < chunk.size()) {
+      size_t end = chunk.find('\n', pos);
+      if (end == std::string::npos) end = chunk.size();
+      std::string line = chunk.substr(pos, end - pos);
+      bool top = line.size() > 5 && line.compare(0, 4, "    ") == 0 && (line[4] == '%' || line[4] == '}');
+      if (top && line.back() == '>' && line.find(" loc(") == std::string::npos) line += " " + loc;
+      out += line;
+      if (end < chunk.size()) out += '\n';
+      pos = end + 1;
+    }
+    return out;
   }
 
   // "file.py:12" -> loc("file.py":12:0)

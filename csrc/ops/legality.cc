@@ -9,6 +9,8 @@
 
 #include "ops/op_table.h"
 
+#include <optional>
+
 namespace txla::ops {
 
 const char* ScalarTypeName(DType t) {
@@ -114,6 +116,24 @@ void CheckFits(const OpArgs& a, const Scalar& s, DType t) {
   if (!fits || std::isnan(v) || std::isinf(v)) {
     a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
   }
+}
+
+// random_(from, to): eager's check_from_to_in_range for integral, bool and f16 tensors (f32, f64 and
+// bf16 only warn about precision).
+void CheckRandomRange(OpArgs& a, int64_t from, std::optional<int64_t> to) {
+  const char* name = nullptr;
+  int64_t lo = 0, hi = 0;
+  switch (a.V(0).dtype()) {
+    case DType::kPred: name = "bool"; lo = 0; hi = 1; break;
+    case DType::kU8: name = "unsigned char"; lo = 0; hi = 255; break;
+    case DType::kS8: name = "signed char"; lo = -128; hi = 127; break;
+    case DType::kS16: name = "short"; lo = -32768; hi = 32767; break;
+    case DType::kS32: name = "int"; lo = -2147483648LL; hi = 2147483647LL; break;
+    case DType::kF16: name = "c10::Half"; lo = -65504; hi = 65504; break;
+    default: return;
+  }
+  if (from < lo || from > hi) a.Fail(std::string("from is out of bounds for ") + name);
+  if (to && (*to - 1 < lo || *to - 1 > hi)) a.Fail(std::string("to - 1 is out of bounds for ") + name);
 }
 
 Rule IntegralAlpha(size_t alpha, bool scalar_other) {
@@ -224,11 +244,13 @@ const std::unordered_map<std::string, Rule>& Rules() {
            a.Fail("random_ expects 'from' to be less than 'to', but got from=" + std::to_string(a.Int(1)) +
                   " >= to=" + std::to_string(*to));
          }
+         CheckRandomRange(a, a.Int(1), to);
        }},
       {"random.to", [](OpArgs& a) {
          if (a.Int(1) <= 0) {
            a.Fail("random_ expects 'from' to be less than 'to', but got from=0 >= to=" + std::to_string(a.Int(1)));
          }
+         CheckRandomRange(a, 0, a.Int(1));
        }},
       {"arange.start_step", [](OpArgs& a) {
          double lo = a.S(0).AsDouble(), hi = a.S(1).AsDouble();

@@ -14,6 +14,7 @@ const std::vector<OpRow>& OpTable() {
     AddFactoryRows(*rows);
     AddConvRows(*rows);
     AddIndexRows(*rows);
+    AddMathRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();

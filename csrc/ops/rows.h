@@ -10,6 +10,7 @@ void AddNnRows(std::vector<OpRow>& rows);
 void AddFactoryRows(std::vector<OpRow>& rows);
 void AddConvRows(std::vector<OpRow>& rows);
 void AddIndexRows(std::vector<OpRow>& rows);
+void AddMathRows(std::vector<OpRow>& rows);
 // Eager's legality rules (legality.cc) run before the rows they name.
 void WrapLegality(std::vector<OpRow>& rows);
 // ScalarType names as eager prints them in messages ('Long', 'Bool', 'Float', ...).

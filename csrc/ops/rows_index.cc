@@ -388,6 +388,46 @@ std::vector<Value> SortWithIndices(const Value& x, int64_t dim, bool descending)
   return ir::Sort({x, idx}, d, descending, true);
 }
 
+// median along d (rank >= 1): the lower median sorted[(n-1)/2] of a stable ascending sort (NaN last);
+// a slice holding NaN has median NaN with the index of its first NaN, as eager. Dim d is removed.
+std::vector<Value> MedianAlong(const Value& x, int64_t d, bool ignore_nan = false) {
+  int64_t n = x.dims()[d];
+  std::vector<Value> s = SortWithIndices(x, d, false);
+  std::vector<int64_t> out_dims, keep;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != d) out_dims.push_back(x.dims()[i]), keep.push_back(i);
+  }
+  auto take = [&](const Value& v, int64_t k) {
+    std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1);
+    st[d] = k;
+    lim[d] = k + 1;
+    return ir::Reshape(ir::Slice(v, st, lim, str), out_dims);
+  };
+  if (ignore_nan && ir::IsFloating(x.dtype())) {
+    // nanmedian: the lower median of the non-NaN values, at sorted position (count - 1) / 2 (NaN sort
+    // last); an all-NaN slice gives position 0: NaN, with the first NaN's index.
+    Value nan_count =
+        ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, s[0], s[0]), DType::kS64), {d});
+    Value cnt = ir::Binary(Op::kSub, ir::Full(static_cast<double>(n), nan_count.shape()), nan_count);
+    Value k = ir::Binary(Op::kDiv, ir::Binary(Op::kSub, cnt, ir::Full(1, cnt.shape())), ir::Full(2, cnt.shape()));
+    Value at_k = ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, x.dims()), d),
+                             ir::BroadcastInDim(k, x.dims(), keep));
+    Value v = ir::Reduce(ir::ReduceKind::kMax, ir::Select(at_k, s[0], ir::Full(-INFINITY, s[0].shape())), {d});
+    Value i = ir::Reduce(ir::ReduceKind::kSum, ir::Select(at_k, s[1], ir::Full(0, s[1].shape())), {d});
+    return {v, i};
+  }
+  Value vk = take(s[0], (n - 1) / 2), ik = take(s[1], (n - 1) / 2);
+  if (!ir::IsFloating(x.dtype())) return {vk, ik};
+  Value last = take(s[0], n - 1);
+  Value has_nan = ir::Compare(CompareDir::kNE, last, last);
+  Value nan_count = ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, s[0], s[0]), DType::kS64), {d});
+  Value first_nan_pos = ir::Binary(Op::kSub, ir::Full(static_cast<double>(n), nan_count.shape()), nan_count);
+  Value at_pos = ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, x.dims()), d),
+                             ir::BroadcastInDim(first_nan_pos, x.dims(), keep));
+  Value first_nan = ir::Reduce(ir::ReduceKind::kSum, ir::Select(at_pos, s[1], ir::Full(0, s[1].shape())), {d});
+  return {ir::Select(has_nan, last, vk), ir::Select(has_nan, first_nan, ik)};
+}
+
 // Moves dims d1, d2 last; returns the permutation.
 std::vector<int64_t> DiagPerm(int r, int64_t d1, int64_t d2) {
   std::vector<int64_t> perm;
@@ -649,6 +689,58 @@ void AddIndexRows(std::vector<OpRow>& rows) {
 
   rows.push_back({"sort", [](OpArgs& a) -> V { return SortWithIndices(a.V(0), a.Int(1), a.Bool(2)); }});
   rows.push_back({"sort.stable", [](OpArgs& a) -> V { return SortWithIndices(a.V(0), a.Int(2), a.Bool(3)); }});
+  for (bool nan : {false, true}) {
+    rows.push_back({nan ? "nanmedian" : "median", [nan](OpArgs& a) -> V {
+      Value x = a.V(0);
+      if (x.shape().numel() == 0) throw NotLowered{};  // eager's NaN of an empty tensor, on the CPU
+      if (x.rank() == 0) return {x};
+      return {MedianAlong(ir::Reshape(x, {x.shape().numel()}), 0, nan)[0]};
+    }});
+    rows.push_back({nan ? "nanmedian.dim" : "median.dim", [nan](OpArgs& a) -> V {
+      Value x = a.V(0);
+      if (x.rank() == 0) {
+        ir::NormalizeDim(a.Int(1), 1);
+        return {x, ir::ConstantInt(0, DType::kS64)};
+      }
+      int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+      if (x.dims()[d] == 0) a.Fail(std::string(nan ? "nanmedian" : "median") + "(): Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+      V r = MedianAlong(x, d, nan);
+      if (a.Bool(2)) {
+        std::vector<int64_t> kd = x.dims();
+        kd[d] = 1;
+        r[0] = ir::Reshape(r[0], kd);
+        r[1] = ir::Reshape(r[1], kd);
+      }
+      return r;
+    }});
+  }
+  rows.push_back({"kthvalue", [](OpArgs& a) -> V {
+    // The k-th smallest along dim (stable ascending sort, NaN last, as eager counts NaN largest).
+    Value x = a.V(0);
+    int64_t k = a.Int(1);
+    if (x.rank() == 0) {
+      if (k != 1) a.Fail("kthvalue(): selected number k out of range for dimension 0");
+      return {x, ir::ConstantInt(0, DType::kS64)};
+    }
+    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
+    if (k < 1 || k > x.dims()[d]) a.Fail("kthvalue(): selected number k out of range for dimension " + std::to_string(d));
+    V s = SortWithIndices(x, d, false);
+    std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1), out = x.dims();
+    st[d] = k - 1;
+    lim[d] = k;
+    if (!a.Bool(3)) out.erase(out.begin() + d);
+    else out[d] = 1;
+    return {ir::Reshape(ir::Slice(s[0], st, lim, str), out), ir::Reshape(ir::Slice(s[1], st, lim, str), out)};
+  }});
+  for (const char* name : {"_conj_copy", "_conj_physical"}) {
+    rows.push_back({name, [](OpArgs& a) -> V {
+      // conj(z) = re - (z - re): exact (z - re is i*im exactly), no overflow. Real tensors: a copy.
+      Value z = a.V(0);
+      if (!ir::IsComplex(z.dtype())) return {z};
+      Value re = ir::Convert(ir::Unary(Op::kReal, z), z.dtype());
+      return {ir::Binary(Op::kSub, re, ir::Binary(Op::kSub, z, re))};
+    }});
+  }
   rows.push_back({"topk", [](OpArgs& a) -> V {
     Value x = a.V(0);
     int64_t k = a.Int(1);

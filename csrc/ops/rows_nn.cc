@@ -1,4 +1,5 @@
 // Op table rows: softmax, losses, embedding, layer norm, dropout and their backward ops.
+#include <cmath>
 #include <numeric>
 
 #include "ops/rows.h"
@@ -34,6 +35,144 @@ DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF
 
 Value LayerNormStat(const Value& x, const std::vector<int64_t>& axes) {
   return KeepDims(ir::Reduce(ir::ReduceKind::kSum, x, axes), x.dims(), axes);
+}
+
+V NllForward(OpArgs& a) {
+  Value x = a.V(0), target = a.V(1);
+  auto weight = a.OptV(2);
+  int64_t reduction = a.Int(3), ignore = a.Int(4);
+  bool one_d = x.rank() == 1;
+  if (one_d) {
+    x = ir::Reshape(x, {1, x.dims()[0]});
+    target = ir::Reshape(target, {1});
+  }
+  if (x.rank() != 2) a.Fail("input tensors of rank > 2 go through nll_loss2d");
+  if (target.dims()[0] != x.dims()[0]) {
+    a.Fail("Expected input batch_size (" + std::to_string(x.dims()[0]) + ") to match target batch_size (" +
+           std::to_string(target.dims()[0]) + ").");
+  }
+  DType t = x.dtype();
+  CheckIndexRange(target, 0, x.dims()[1], "nll_loss: Target is out of bounds.", a.device, ignore);
+  auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
+  Value w = SampleWeights(weight, onehot, valid, t);
+  Value picked = ir::Reduce(ir::ReduceKind::kSum, ir::Select(onehot, x, ir::Full(0, x.shape())), {1});
+  Value losses = ir::Unary(Op::kNeg, ir::Binary(Op::kMul, picked, w));
+  Value total = ir::Reduce(ir::ReduceKind::kSum, w, {0});
+  if (reduction == 0) {  // eager leaves total_weight 0 without a reduction
+    return {one_d ? ir::Reshape(losses, {}) : losses, ir::Full(0, total.shape())};
+  }
+  Value sum = ir::Reduce(ir::ReduceKind::kSum, losses, {0});
+  if (reduction == 2) return {sum, total};
+  return {ir::Binary(Op::kDiv, sum, total), total};
+}
+
+V NllBackward(OpArgs& a) {
+  Value g = a.V(0), x = a.V(1), target = a.V(2);
+  auto weight = a.OptV(3);
+  int64_t reduction = a.Int(4), ignore = a.Int(5);
+  Value total = a.V(6);
+  std::vector<int64_t> in_dims = x.dims();
+  if (x.rank() == 1) {
+    x = ir::Reshape(x, {1, x.dims()[0]});
+    target = ir::Reshape(target, {1});
+    if (g.rank() == 1 || (reduction == 0 && g.rank() == 0)) g = ir::Reshape(g, reduction == 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{});
+  }
+  DType t = x.dtype();
+  auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
+  Value w = SampleWeights(weight, onehot, valid, t);  // [N]
+  Value scale;                                      // [N]
+  if (reduction == 0) {
+    scale = ir::Binary(Op::kMul, Cast(g, t), w);
+  } else {
+    Value gs = Cast(ir::Reshape(g, {}), t);
+    if (reduction == 1) gs = ir::Binary(Op::kDiv, gs, Cast(total, t));
+    scale = ir::Binary(Op::kMul, ir::BroadcastInDim(gs, w.dims(), {}), w);
+  }
+  Value neg = ir::Unary(Op::kNeg, ir::BroadcastInDim(scale, x.dims(), {0}));
+  Value grad = ir::Select(onehot, neg, ir::Full(0, x.shape()));
+  return {ir::Reshape(grad, in_dims)};
+}
+
+// nll_loss2d: input [N, C, H, W], target [N, H, W]: the class axis moved last and every pixel a sample
+// of nll_loss (same weights, ignore_index and reductions).
+void Nll2dShapes(const OpArgs& a, const Value& x, const Value& target) {
+  if (x.rank() != 4) a.Fail("only batches of spatial inputs supported (4D tensors), but got input of size: " + x.shape().ToString());
+  if (target.rank() != 3) {
+    a.Fail("only batches of spatial targets supported (3D tensors) but got targets of size: " + target.shape().ToString());
+  }
+  const auto& xd = x.dims();
+  const auto& td = target.dims();
+  if (xd[0] != td[0] || xd[2] != td[1] || xd[3] != td[2]) {
+    a.Fail("input and target batch or spatial sizes don't match: target " + target.shape().ToString() + ", input " +
+           x.shape().ToString());
+  }
+}
+
+Value PixelsAsSamples(const Value& x) {  // [N, C, H, W] -> [N*H*W, C]
+  const auto& d = x.dims();
+  return ir::Reshape(ir::Transpose(x, {0, 2, 3, 1}), {d[0] * d[2] * d[3], d[1]});
+}
+
+V Nll2dForward(OpArgs& a) {
+  Value x = a.V(0), target = a.V(1);
+  Nll2dShapes(a, x, target);
+  const auto& d = x.dims();
+  OpArgs b = a;
+  b.args[0].t.v = PixelsAsSamples(x);
+  b.args[1].t.v = ir::Reshape(target, {d[0] * d[2] * d[3]});
+  V r = NllForward(b);
+  if (a.Int(3) == 0) r[0] = ir::Reshape(r[0], {d[0], d[2], d[3]});
+  return r;
+}
+
+V Nll2dBackward(OpArgs& a) {
+  Value g = a.V(0), x = a.V(1), target = a.V(2);
+  Nll2dShapes(a, x, target);
+  const auto& d = x.dims();
+  int64_t n = d[0] * d[2] * d[3];
+  OpArgs b = a;
+  if (a.Int(4) == 0) b.args[0].t.v = ir::Reshape(g, {n});
+  b.args[1].t.v = PixelsAsSamples(x);
+  b.args[2].t.v = ir::Reshape(target, {n});
+  Value grad = NllBackward(b)[0];  // [N*H*W, C]
+  return {ir::Transpose(ir::Reshape(grad, {d[0], d[2], d[3], d[1]}), {0, 3, 1, 2})};
+}
+
+// embedding_renorm_(weight, indices, max_norm, norm_type): every row named by an index whose p-norm
+// exceeds max_norm is scaled by max_norm / (norm + 1e-7), once however often it is named (eager).
+V EmbeddingRenorm(OpArgs& a) {
+  Value w = a.V(0), idx = a.V(1);
+  double max_norm = a.Double(2), p = a.Double(3);
+  if (w.rank() != 2) a.Fail("embedding_renorm_: weight must be 2-D, got " + w.shape().ToString());
+  if (!ir::IsFloating(w.dtype())) a.Fail("embedding_renorm_: weight must be floating point");
+  if (p == 0) throw NotLowered{};  // a count of non-zeros: eager's own rule, on the CPU
+  int64_t rows_n = w.dims()[0], n = idx.shape().numel();
+  if (n == 0 || w.shape().numel() == 0) return {w};
+  CheckIndexRange(idx, 0, rows_n, "embedding_renorm_: index out of range in self", a.device);
+  Value flat = ir::Reshape(Cast(idx, DType::kS64), {n});
+  Value named = ir::Reduce(ir::ReduceKind::kOr,
+                           ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, {rows_n, n}), 0),
+                                       ir::BroadcastInDim(flat, {rows_n, n}, {1})),
+                           {1});  // [rows]
+  DType ct = OpMath(w.dtype());
+  Value x = Cast(w, ct);
+  Value ax = ir::Unary(Op::kAbs, x);
+  Value norm;
+  if (std::isinf(p)) {
+    norm = ir::Reduce(p > 0 ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, ax, {1});
+  } else if (p == 1) {
+    norm = ir::Reduce(ir::ReduceKind::kSum, ax, {1});
+  } else if (p == 2) {
+    norm = ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, x, x), {1}));
+  } else {
+    Value s = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kPow, ax, ir::Full(p, ax.shape())), {1});
+    norm = ir::Binary(Op::kPow, s, ir::Full(1.0 / p, s.shape()));
+  }
+  Value over = ir::Binary(Op::kAnd, named, ir::Compare(CompareDir::kGT, norm, ir::Full(max_norm, norm.shape())));
+  Value scale = ir::Binary(Op::kDiv, ir::Full(max_norm, norm.shape()),
+                           ir::Binary(Op::kAdd, norm, ir::Full(1e-7, norm.shape())));
+  scale = ir::Select(over, scale, ir::Full(1, norm.shape()));
+  return {Cast(ir::Binary(Op::kMul, x, ir::BroadcastInDim(scale, x.dims(), {0})), w.dtype())};
 }
 
 }  // namespace
@@ -113,60 +252,11 @@ void AddNnRows(std::vector<OpRow>& rows) {
     return {Cast(r, a.args[3].dtype)};
   }});
 
-  rows.push_back({"nll_loss_forward", [](OpArgs& a) -> V {
-    Value x = a.V(0), target = a.V(1);
-    auto weight = a.OptV(2);
-    int64_t reduction = a.Int(3), ignore = a.Int(4);
-    bool one_d = x.rank() == 1;
-    if (one_d) {
-      x = ir::Reshape(x, {1, x.dims()[0]});
-      target = ir::Reshape(target, {1});
-    }
-    if (x.rank() != 2) a.Fail("input tensors of rank > 2 go through nll_loss2d");
-    if (target.dims()[0] != x.dims()[0]) {
-      a.Fail("Expected input batch_size (" + std::to_string(x.dims()[0]) + ") to match target batch_size (" +
-             std::to_string(target.dims()[0]) + ").");
-    }
-    DType t = x.dtype();
-    CheckIndexRange(target, 0, x.dims()[1], "nll_loss: Target is out of bounds.", a.device, ignore);
-    auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
-    Value w = SampleWeights(weight, onehot, valid, t);
-    Value picked = ir::Reduce(ir::ReduceKind::kSum, ir::Select(onehot, x, ir::Full(0, x.shape())), {1});
-    Value losses = ir::Unary(Op::kNeg, ir::Binary(Op::kMul, picked, w));
-    Value total = ir::Reduce(ir::ReduceKind::kSum, w, {0});
-    if (reduction == 0) {
-      return {one_d ? ir::Reshape(losses, {}) : losses, total};
-    }
-    Value sum = ir::Reduce(ir::ReduceKind::kSum, losses, {0});
-    if (reduction == 2) return {sum, total};
-    return {ir::Binary(Op::kDiv, sum, total), total};
-  }});
-  rows.push_back({"nll_loss_backward", [](OpArgs& a) -> V {
-    Value g = a.V(0), x = a.V(1), target = a.V(2);
-    auto weight = a.OptV(3);
-    int64_t reduction = a.Int(4), ignore = a.Int(5);
-    Value total = a.V(6);
-    std::vector<int64_t> in_dims = x.dims();
-    if (x.rank() == 1) {
-      x = ir::Reshape(x, {1, x.dims()[0]});
-      target = ir::Reshape(target, {1});
-      if (g.rank() == 1 || (reduction == 0 && g.rank() == 0)) g = ir::Reshape(g, reduction == 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{});
-    }
-    DType t = x.dtype();
-    auto [onehot, valid] = TargetMask(target, x.dims()[1], ignore);
-    Value w = SampleWeights(weight, onehot, valid, t);  // [N]
-    Value scale;                                      // [N]
-    if (reduction == 0) {
-      scale = ir::Binary(Op::kMul, Cast(g, t), w);
-    } else {
-      Value gs = Cast(ir::Reshape(g, {}), t);
-      if (reduction == 1) gs = ir::Binary(Op::kDiv, gs, Cast(total, t));
-      scale = ir::Binary(Op::kMul, ir::BroadcastInDim(gs, w.dims(), {}), w);
-    }
-    Value neg = ir::Unary(Op::kNeg, ir::BroadcastInDim(scale, x.dims(), {0}));
-    Value grad = ir::Select(onehot, neg, ir::Full(0, x.shape()));
-    return {ir::Reshape(grad, in_dims)};
-  }});
+  rows.push_back({"nll_loss_forward", NllForward});
+  rows.push_back({"nll_loss_backward", NllBackward});
+  rows.push_back({"nll_loss2d_forward", Nll2dForward});
+  rows.push_back({"nll_loss2d_backward", Nll2dBackward});
+  rows.push_back({"embedding_renorm", EmbeddingRenorm});
 
   rows.push_back({"embedding", [](OpArgs& a) -> V {
     Value w = a.V(0), idx = a.V(1);

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -108,8 +109,33 @@ def _run_step_closures():
 
 
 def get_stablehlo(tensors: Optional[List[torch.Tensor]] = None) -> str:
-    """StableHLO text of the graph computing ``tensors`` (all pending tensors when empty)."""
-    return _C._get_stablehlo(list(tensors or []))
+    """StableHLO text of the graph computing ``tensors`` (all pending tensors when empty).
+
+    Printed as the MLIR printer prints it (``stablehlo.concatenate %0, %1, dim = 1``; with
+    ``XLA_HLO_DEBUG=1`` Python source locations as ``#loc`` aliases), through the MLIR bindings of
+    jax/jaxlib; without them, the generic form this build's lowering emits.
+    """
+    return _pretty_stablehlo(_C._get_stablehlo(list(tensors or [])))
+
+
+_LOC_FROM_PARSER = re.compile(r'loc\("-":\d+:\d+\)')
+
+
+def _pretty_stablehlo(text: str) -> str:
+    try:
+        from jax._src.interpreters import mlir as _jmlir
+        from jax._src.lib.mlir import ir as _ir
+    except ImportError:
+        return text
+    debug = os.environ.get("XLA_HLO_DEBUG", "0") not in ("", "0")
+    try:
+        with _jmlir.make_ir_context():
+            module = _ir.Module.parse(text)
+            pretty = module.operation.get_asm(enable_debug_info=debug)
+    except Exception:  # noqa: BLE001 - a printer problem must never hide the module
+        return text
+    # Ops without a Python source location would show the parser's own position in our text.
+    return _LOC_FROM_PARSER.sub("loc(unknown)", pretty) if debug else pretty
 
 
 def get_stablehlo_bytecode(tensors: Optional[List[torch.Tensor]] = None) -> bytes:
@@ -624,6 +650,10 @@ def _raise_async_closure_error():
 
 
 def _run_step_closures_before_sync():
+    # The previous step's asynchronous closures finish before this sync, so an exception one of them
+    # raised is re-raised here, every time (not only when the worker thread happened to be done).
+    if threading.current_thread() is not _async_closure_worker:
+        _async_closure_queue.join()
     _raise_async_closure_error()
 
 
