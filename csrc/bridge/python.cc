@@ -19,6 +19,10 @@
 namespace py = pybind11;
 using namespace txla;
 
+namespace txla::bridge {
+void RegisterDynamoBindings(py::module& m);  // dynamo_py.cc
+}
+
 namespace {
 
 std::vector<graph::TensorPtr> XlaTensors(const std::vector<at::Tensor>& ts) {
@@ -306,6 +310,7 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_lowered_ops", []() { return bridge::RegisteredRows(); });
+  bridge::RegisterDynamoBindings(m);
 
   // ---- Hooks behind torch_xla._XLAC (the PyTorch/XLA names live in torch_xla/_XLAC.py).
   m.def("_set_mat_mul_precision", [](int p) {

@@ -1,0 +1,1 @@
+"""torch.compile's openxla backends on our core (see dynamo_bridge)."""
