@@ -107,7 +107,11 @@ std::vector<graph::TensorPtr> InputsNow(const Trace& tr) {
 void Restore(const Trace& tr) {
   auto now = InputsNow(tr);
   for (size_t i = 0; i < now.size(); ++i) {
-    if (now[i] != tr.start.inputs[i] || now[i]->HasPending()) WriteBack(tr.tensors[i], tr.start.inputs[i]);
+    if (now[i] == tr.start.inputs[i] && now[i]->HasPending()) {
+      now[i]->SetData(tr.start.input_data[i]);  // written into the same lazy tensor (BatchNorm's statistics)
+    } else if (now[i] != tr.start.inputs[i]) {
+      WriteBack(tr.tensors[i], tr.start.inputs[i]);
+    }
   }
   graph::TensorPtr seed = graph::RngSeedTensor(tr.start.device);
   if (seed == tr.start.seed && seed->HasPending() && tr.start.seed_data) seed->SetData(tr.start.seed_data);

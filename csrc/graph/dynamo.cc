@@ -19,6 +19,7 @@ DynamoTraceStart DynamoBeginTrace(const std::vector<TensorPtr>& inputs, int devi
   if (s.seed->HasPending()) pending.push_back(s.seed);
   if (!pending.empty()) SyncTensors(&pending, SyncOptions{});
   s.inputs = inputs;
+  for (const auto& t : inputs) s.input_data.push_back(t->data());
   s.seed_data = s.seed->data();
   s.checks_before = PendingCheckCount(device);
   s.executions_before = SyncExecutionCount();
@@ -67,7 +68,7 @@ std::shared_ptr<DynamoGraph> DynamoCompile(const DynamoTraceStart& start, const 
     g->exe = CompileGraph(roots, start.device, name, &params);
   }
   std::unordered_map<const ir::DeviceData*, int> input_of;
-  for (size_t i = 0; i < start.inputs.size(); ++i) input_of.emplace(start.inputs[i]->data().get(), static_cast<int>(i));
+  for (size_t i = 0; i < start.inputs.size(); ++i) input_of.emplace(start.input_data[i].get(), static_cast<int>(i));
   for (const ir::Node* p : params) {
     DynamoParam dp;
     auto it = input_of.find(p->data.get());

@@ -42,6 +42,7 @@ class DynamoGraph {
 struct DynamoTraceStart {
   int device = 0;
   std::vector<TensorPtr> inputs;
+  std::vector<ir::DeviceDataPtr> input_data;  // their data when the trace began
   TensorPtr seed;
   ir::DeviceDataPtr seed_data;
   size_t checks_before = 0;

@@ -317,6 +317,9 @@ class CompiledGraph:
         except Exception as err:  # noqa: BLE001
             _C._dynamo_restore(trace)
             return self._lazy(f"capture failed ({type(err).__name__}: {err})")
+        # The trace wrote its (pending) results into the inputs it mutates and the RNG seed: put
+        # the values back, the first run computes them.
+        _C._dynamo_restore(trace)
         _C._add_time_sample("DynamoExtractCompiledGraph", float(time.perf_counter_ns() - start))
         return _Entry(handle, None if plain else spec, is_list)
 
