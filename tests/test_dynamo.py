@@ -72,6 +72,10 @@ def test_backends_registered():
     assert "openxla_eval" in list_backends(exclude_tags=())
     import torch_xla.core.dynamo_bridge as bridge
     assert callable(bridge.extract_compiled_graph)
+    # Inference graphs (an optimizer step) keep their in-place writes to inputs in the graph: the
+    # compiled callable writes them back, no copy_ per tensor after the call.
+    import torch._dynamo.backends.torchxla as tx
+    assert tx.openxla.kwargs.get("keep_inference_input_mutations") is True
 
 
 # ----------------------------------------------------------------------------- inference
