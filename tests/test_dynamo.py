@@ -42,6 +42,7 @@ def fresh_dynamo():
     import torch._dynamo
     torch._dynamo.reset()
     torch_xla.sync(wait=True)
+    met.clear_all()
     yield
     torch._dynamo.reset()
 
@@ -99,8 +100,12 @@ def test_inference_mlp_matches_cpu_and_reuses_executable():
             assert out.device.type == "xla"
             torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-5)
     _assert_steady(before, "openxla_eval MLP")
-    assert "DynamoExtractCompiledGraph" in met.metric_names()
-    assert "DynamoSyncInputExecuteTime" in met.metric_names()
+    # PyTorch/XLA's counters: one extraction (trace + compile) for this graph; no call had to
+    # run lazy inputs first (they were device data).
+    assert met.counter_value("DynamoExtractCompiledGraph") == 1
+    assert not met.counter_value("DynamoSyncInputExecuteTime")
+    assert "DynamoExtractCompiledGraphTime" in met.metric_names()
+    assert met.metric_data("DynamoCallTime")[0] == 4
 
 
 def _gpt_batches(n, vocab=48, block=32, batch=4, seed=0):
@@ -296,6 +301,16 @@ def test_input_mutation_is_written_back():
         torch.testing.assert_close(out.cpu(), ref)
         torch.testing.assert_close(buf.cpu(), buf_cpu)
     torch.testing.assert_close(view.cpu(), buf_cpu[1:])
+
+
+def test_lazy_inputs_are_synced_and_counted():
+    cf = torch.compile(lambda a, b: a @ b + 1, backend="openxla_eval")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    cf(a.to(DEV), b.to(DEV))
+    n = met.counter_value("DynamoSyncInputExecuteTime") or 0
+    xa = a.to(DEV) * 2  # a pending lazy value
+    torch.testing.assert_close(cf(xa, b.to(DEV)).cpu(), (a * 2) @ b + 1, rtol=1e-5, atol=1e-5)
+    assert met.counter_value("DynamoSyncInputExecuteTime") == n + 1
 
 
 def test_cpu_scalar_tensor_input_is_uploaded_per_call():

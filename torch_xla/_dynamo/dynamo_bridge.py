@@ -320,7 +320,8 @@ class CompiledGraph:
         # The trace wrote its (pending) results into the inputs it mutates and the RNG seed: put
         # the values back, the first run computes them.
         _C._dynamo_restore(trace)
-        _C._add_time_sample("DynamoExtractCompiledGraph", float(time.perf_counter_ns() - start))
+        _C._add_time_sample("DynamoExtractCompiledGraphTime", float(time.perf_counter_ns() - start))
+        _met.increment_counter("DynamoExtractCompiledGraph", 1)
         return _Entry(handle, None if plain else spec, is_list)
 
 
