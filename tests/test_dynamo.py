@@ -438,6 +438,16 @@ def test_graph_with_cpu_fallback_op_runs_lazily_and_correctly():
     assert (met.counter_value("DynamoLazyGraph") or 0) == before + 1
 
 
+def test_graph_without_xla_inputs_runs_as_is():
+    f = torch.compile(lambda x: x * 2 + 1, backend="openxla_eval")
+    out = f(torch.ones(3))
+    assert out.device.type == "cpu"
+    torch.testing.assert_close(out, torch.full((3,), 3.0))
+    g = torch.compile(lambda: torch.ones(3, device=DEV) * 3, backend="openxla_eval")
+    for _ in range(2):
+        torch.testing.assert_close(g().cpu(), torch.full((3,), 3.0))
+
+
 def test_index_check_in_compiled_graph_raises():
     emb = nn.Embedding(10, 4).to(DEV)
     cf = torch.compile(lambda i: emb(i) * 2, backend="openxla_eval")

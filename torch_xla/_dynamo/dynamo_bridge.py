@@ -268,9 +268,8 @@ class CompiledGraph:
         start = time.perf_counter_ns()
         # CPU tensor inputs are uploaded at each call; the trace sees them on the device.
         xla_dev = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "xla"), None)
-        if xla_dev is None:
-            import torch_xla
-            xla_dev = torch_xla.device()
+        if xla_dev is None:  # nothing on the device: the graph runs as it is (CPU, factories)
+            return self._lazy("no input is an XLA tensor")
         if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.is_floating_point()
                and a.requires_grad for a in args):
             return self._lazy("a CPU tensor input requires grad")
