@@ -448,6 +448,20 @@ def test_graph_without_xla_inputs_runs_as_is():
         torch.testing.assert_close(g().cpu(), torch.full((3,), 3.0))
 
 
+def test_compiled_graph_in_eager_mode_is_captured():
+    import torch_xla.experimental as xe
+    cf = torch.compile(lambda a, b: (a @ b).relu() + 1, backend="openxla_eval")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    xe.eager_mode(True)
+    try:
+        for _ in range(2):
+            torch.testing.assert_close(cf(a.to(DEV), b.to(DEV)).cpu(), (a @ b).relu() + 1, rtol=1e-5, atol=1e-5)
+    finally:
+        xe.eager_mode(False)
+    assert not met.counter_value("DynamoLazyGraph")
+    assert met.counter_value("DynamoExtractCompiledGraph") == 1
+
+
 def test_index_check_in_compiled_graph_raises():
     emb = nn.Embedding(10, 4).to(DEV)
     cf = torch.compile(lambda i: emb(i) * 2, backend="openxla_eval")

@@ -280,6 +280,9 @@ class CompiledGraph:
         except TypeError as err:  # a tensor on another device: its value would be baked in
             return self._lazy(str(err))
         fallbacks = _fallback_counts()
+        eager = _C._eager_mode()  # eager mode would run each op of the trace: record them instead
+        if eager:
+            _C._set_eager_mode(False)
         _C._set_execution_forbidden(
             f"dynamo graph '{self.name}' reads a value on the host while it is traced")
         try:
@@ -287,9 +290,13 @@ class CompiledGraph:
                 outs = self.gm(*args[:len(args) - len(self.attrs)])
         except Exception as err:  # noqa: BLE001 - any failure: undo and run it lazily
             _C._set_execution_forbidden("")
+            if eager:
+                _C._set_eager_mode(True)
             _C._dynamo_restore(trace)
             return self._lazy(f"tracing failed ({type(err).__name__}: {err})")
         _C._set_execution_forbidden("")
+        if eager:
+            _C._set_eager_mode(True)
         new_fallbacks = sorted(n for n, v in _fallback_counts().items() if v != fallbacks.get(n))
         if new_fallbacks:
             _C._dynamo_restore(trace)

@@ -18,7 +18,7 @@ _MESSAGE = ("{what} of an XLA tensor is not available: its data lives in the XLA
 # torch's own tensor machinery (Dynamo's fake tensors, AOT Autograd, functionalization) reads the
 # storage object for aliasing identity and size, never its bytes: it gets the real one.
 _INTERNAL = ("/torch/_subclasses/", "/torch/_dynamo/", "/torch/_functorch/", "/torch/_guards",
-             "/torch/fx/", "/torch/_prims_common/", "/torch/multiprocessing/")
+             "/torch/fx/", "/torch/_prims_common/")
 
 
 def _torch_internal_caller() -> bool:
