@@ -12,7 +12,8 @@ Each configuration runs in a fresh process.
 - lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. With buffer donation, the XLA:CPU plugin runs
   the step synchronously inside the launch, so the lazy path's host time includes the execution.
 
-Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor]
+Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
+       [--xla-only]
 """
 import argparse
 import json
@@ -27,7 +28,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {examples!r})
 import torch
-mode, steps, warmup = {mode!r}, {steps}, {warmup}
+mode, steps, warmup, layers = {mode!r}, {steps}, {warmup}, {layers}
 xla = mode in ("lazy", "openxla")
 if xla:
     import torch_xla, torch_xla.debug.metrics as met, torch_xla.core.xla_model as xm
@@ -36,7 +37,7 @@ else:
     device = torch.device("cpu")
 import models
 torch.manual_seed(0)
-model = models.GPT2(vocab=256, block=64, d=128, heads=4, layers=2).to(device)
+model = models.GPT2(vocab=256, block=64, d=128, heads=4, layers=layers).to(device)
 model.tie_weights()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 g = torch.Generator().manual_seed(0)
@@ -105,8 +106,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def run_child(mode, steps, warmup, env_extra=None):
-    code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, steps=steps, warmup=warmup)
+def run_child(mode, steps, warmup, layers, env_extra=None):
+    code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, steps=steps, warmup=warmup,
+                        layers=layers)
     env = dict(os.environ, **(env_extra or {}))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     for line in r.stdout.splitlines():
@@ -120,6 +122,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--layers", type=int, default=2, help="decoder blocks (host cost vs op count)")
+    ap.add_argument("--xla-only", action="store_true", help="only the XLA:CPU configurations")
     a = ap.parse_args()
     configs = [("lazy", "lazy (XLA:CPU)", None),
                ("lazy", "lazy, no donation (XLA:CPU)", {"XLA_ENABLE_PARAM_ALIASING": "0"}),
@@ -127,10 +131,12 @@ def main():
                ("eager", "eager CPU", None)]
     if not a.no_inductor:
         configs.insert(3, ("inductor", "torch.compile inductor (CPU)", None))
+    if a.xla_only:
+        configs = [c for c in configs if c[0] in ("lazy", "openxla")]
     results = {}
     for mode, label, env in configs:
         try:
-            results[label] = run_child(mode, a.steps, a.warmup, env)
+            results[label] = run_child(mode, a.steps, a.warmup, a.layers, env)
         except RuntimeError as e:
             results[label] = {"error": str(e).splitlines()[-1]}
     print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host ms (pipe)':>15s} {'step ms':>9s} "
