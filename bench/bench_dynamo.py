@@ -13,7 +13,8 @@ Each configuration runs in a fresh process.
   the step synchronously inside the launch, so the lazy path's host time includes the execution.
 
 Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
-       [--xla-only]
+       [--xla-only] [--batch 16] [--block 64]
+(--batch 2 --block 8: the device's compute is negligible, so the host times are the host cost alone)
 """
 import argparse
 import json
@@ -28,7 +29,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {examples!r})
 import torch
-mode, steps, warmup, layers = {mode!r}, {steps}, {warmup}, {layers}
+mode, steps, warmup, layers, batch, block = {mode!r}, {steps}, {warmup}, {layers}, {batch}, {block}
 xla = mode in ("lazy", "openxla")
 if xla:
     import torch_xla, torch_xla.debug.metrics as met, torch_xla.core.xla_model as xm
@@ -41,7 +42,7 @@ model = models.GPT2(vocab=256, block=64, d=128, heads=4, layers=layers).to(devic
 model.tie_weights()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 g = torch.Generator().manual_seed(0)
-x = torch.randint(0, 256, (16, 64), generator=g).to(device)
+x = torch.randint(0, 256, (batch, block), generator=g).to(device)
 y = torch.roll(x, -1, 1).to(device)
 
 def step(x, y):
@@ -106,9 +107,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def run_child(mode, steps, warmup, layers, env_extra=None):
+def run_child(mode, steps, warmup, layers, batch, block, env_extra=None):
     code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, steps=steps, warmup=warmup,
-                        layers=layers)
+                        layers=layers, batch=batch, block=block)
     env = dict(os.environ, **(env_extra or {}))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     for line in r.stdout.splitlines():
@@ -124,6 +125,8 @@ def main():
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--layers", type=int, default=2, help="decoder blocks (host cost vs op count)")
     ap.add_argument("--xla-only", action="store_true", help="only the XLA:CPU configurations")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--block", type=int, default=64, help="tokens per sequence (at most 64)")
     a = ap.parse_args()
     configs = [("lazy", "lazy (XLA:CPU)", None),
                ("lazy", "lazy, no donation (XLA:CPU)", {"XLA_ENABLE_PARAM_ALIASING": "0"}),
@@ -136,7 +139,7 @@ def main():
     results = {}
     for mode, label, env in configs:
         try:
-            results[label] = run_child(mode, a.steps, a.warmup, a.layers, env)
+            results[label] = run_child(mode, a.steps, a.warmup, a.layers, a.batch, a.block, env)
         except RuntimeError as e:
             results[label] = {"error": str(e).splitlines()[-1]}
     print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host ms (pipe)':>15s} {'step ms':>9s} "
