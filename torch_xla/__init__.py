@@ -21,6 +21,10 @@ from ._internal import storage as _storage
 
 _storage.install()
 
+from . import _dynamo as _dynamo_backends  # noqa: E402
+
+_dynamo_backends.install()  # torch.compile(backend="openxla") settings, applied when torch loads it
+
 try:
     __version__ = _metadata.version("torch_xla")
 except _metadata.PackageNotFoundError:  # running from a source tree

@@ -22,6 +22,7 @@ using namespace txla;
 
 namespace txla::bridge {
 void RegisterSpmdBindings(py::module& m);  // spmd_py.cc
+void RegisterDynamoBindings(py::module& m);  // dynamo_py.cc
 }
 
 namespace {
@@ -363,6 +364,7 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_lowered_ops", []() { return bridge::RegisteredRows(); });
+  bridge::RegisterDynamoBindings(m);
 
   // ---- Hooks behind torch_xla._XLAC (the PyTorch/XLA names live in torch_xla/_XLAC.py).
   m.def("_set_mat_mul_precision", [](int p) {

@@ -398,6 +398,11 @@ TensorPtr SeedTensor(int device) {
 }
 }  // namespace
 
+TensorPtr RngSeedTensor(int device) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  return SeedTensor(device);
+}
+
 void SetSeed(uint64_t seed, int device) {
   std::lock_guard<std::mutex> g(g_rng_mu);
   Seeds()[device] = TensorFromHost(&seed, ir::Shape(DType::kU64, {}), device);
@@ -538,6 +543,8 @@ Hash128 GraphHash(const PostOrder& po, const std::vector<Value>& roots, int devi
   }
   return h;
 }
+
+std::atomic<uint64_t> g_sync_executions{0};
 
 struct Computation {
   runtime::Executable exe;
@@ -829,6 +836,7 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
 
 // Runs one device's pending tensors (and pending checks) as one graph.
 void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptions& opts) {
+  g_sync_executions.fetch_add(1, std::memory_order_relaxed);
   std::vector<PendingCheck> checks;
   {
     std::lock_guard<std::mutex> g(g_check_mu);
@@ -1151,5 +1159,101 @@ std::string CompileReport() {
   for (auto& [name, n] : CompileCounts()) s += name + ": " + std::to_string(n) + " compile(s)\n";
   return s;
 }
+
+}  // namespace txla::graph
+
+// ------------------------------------------------------------------ hooks for compiled callables
+namespace txla::graph {
+
+TensorPtr TensorFromData(ir::DeviceDataPtr data) {
+  auto t = std::make_shared<TensorData>(data->shape, data->device);
+  t->SetData(std::move(data));
+  return Register(std::move(t));
+}
+
+std::vector<CheckSpec> TakePendingChecks(int device, size_t from) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  std::vector<CheckSpec> out;
+  auto it = PendingChecks().find(device);
+  if (it == PendingChecks().end() || it->second.size() <= from) return out;
+  for (size_t i = from; i < it->second.size(); ++i) {
+    auto& c = it->second[i];
+    out.push_back({c.pred, c.message, c.runtime_error});
+  }
+  it->second.resize(from);
+  return out;
+}
+
+void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool runtime_error) {
+  std::vector<RanCheck> old;
+  {
+    std::lock_guard<std::mutex> g(g_check_mu);
+    auto& ran = RanChecks();
+    ran.push_back({std::move(result), message, runtime_error});
+    // A compiled callable runs without syncs: read the oldest results (long finished) so that the
+    // list stays bounded when nothing reads a value for many steps.
+    if (ran.size() > 4096) {
+      old.assign(ran.begin(), ran.begin() + 2048);
+      ran.erase(ran.begin(), ran.begin() + 2048);
+    }
+  }
+  for (auto& c : old) {
+    uint8_t ok = 1;
+    c.result->buffer.ToHost(&ok, 1);
+    if (!ok && c.runtime_error) throw CheckError(c.message);
+    if (!ok) throw IndexCheckError(c.message);
+  }
+}
+
+std::shared_ptr<const runtime::Executable> CompileGraph(const std::vector<Value>& roots, int device,
+                                                        const std::string& name,
+                                                        std::vector<const Node*>* params) {
+  RefreshDebugLevel();
+  CheckDevice(device);
+  PostOrder po = ComputePostOrder(roots);
+  metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
+  Hash128 key = GraphHash(po, roots, device);
+  SyncOptions opts;
+  opts.name = name;
+  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts, {});
+  *params = po.params;
+  return std::shared_ptr<const runtime::Executable>(comp, &comp->exe);
+}
+
+bool MaterializeConstant(const TensorPtr& t) {
+  if (!t->HasPending()) return false;
+  std::vector<Value> roots{t->pending()};
+  // A cheap bound first: constant expressions worth caching are small.
+  size_t seen = 0;
+  std::vector<const Node*> stack{roots[0].node.get()};
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (n->op == ir::Op::kDeviceData || ++seen > 64) return false;
+    for (const Value& v : n->operands) stack.push_back(v.node.get());
+  }
+  PostOrder po = ComputePostOrder(roots);
+  Hash128 key = GraphHash(po, roots, t->device());
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<Hash128, ir::DeviceDataPtr, Hash128Hasher>();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) {
+      t->SetData(it->second);
+      return true;
+    }
+  }
+  std::vector<TensorPtr> one{t};
+  SyncTensors(&one, SyncOptions{});
+  if (!t->data()) return false;
+  t->data()->donatable = false;  // shared by every later tensor of this value
+  std::lock_guard<std::mutex> g(mu);
+  if (cache->size() < 1024) cache->emplace(key, t->data());
+  return true;
+}
+
+uint64_t SyncExecutionCount() { return g_sync_executions.load(std::memory_order_relaxed); }
+void MarkComputationRan() { g_any_computation = true; }
 
 }  // namespace txla::graph

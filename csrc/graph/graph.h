@@ -175,4 +175,33 @@ bool WantScopes();
 std::string CurrentUserScope();
 std::string CompileReport();  // per-name compile counts
 
+// ---- Hooks for compiled callables (torch.compile's openxla backends: csrc/graph/dynamo.cc).
+// A tensor holding already computed device data (registered as live).
+TensorPtr TensorFromData(ir::DeviceDataPtr data);
+// The device's current RNG seed tensor (created on first use; torch_xla.manual_seed replaces it).
+TensorPtr RngSeedTensor(int device);
+// In-graph checks of `device` pending beyond the first `from`: removed from the pending list.
+struct CheckSpec {
+  ir::Value pred;
+  std::string message;
+  bool runtime_error = false;
+};
+std::vector<CheckSpec> TakePendingChecks(int device, size_t from);
+// The result of an executed check, read at the next sync or host read (as a sync's checks).
+void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool runtime_error);
+// Finds (memory cache, persistent cache) or compiles the graph computing `roots` on `device`, named
+// `name` for debug output; *params receives the executable's parameters in order (device-data
+// nodes owned by the roots' graph).
+std::shared_ptr<const runtime::Executable> CompileGraph(const std::vector<ir::Value>& roots, int device,
+                                                        const std::string& name,
+                                                        std::vector<const ir::Node*>* params);
+// A pending tensor computed from constants alone (torch.ones_like(loss), the autograd seed) gets
+// the cached result of an earlier identical graph: no execution, no sync. False when the tensor
+// reads device data (or is not pending); the first time, the graph runs and its result is kept.
+bool MaterializeConstant(const TensorPtr& t);
+// Graphs run by syncs so far (a compiled callable's trace must run none).
+uint64_t SyncExecutionCount();
+// Records that a computation ran (initialize_cache() refuses to start after that).
+void MarkComputationRan();
+
 }  // namespace txla::graph

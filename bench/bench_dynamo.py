@@ -1,0 +1,162 @@
+"""Host time per step and step time of the GPT-2-style model (examples/models.py, d=128, 2 layers,
+batch 16x64, AdamW foreach; forward + backward + optimizer step): lazy tracing vs
+torch.compile(backend="openxla") on XLA:CPU, and torch.compile (inductor) and eager on the CPU.
+Each configuration runs in a fresh process.
+
+- host ms/step (idle device): the device is idle before each step (xm.wait_device_ops()); the time
+  from the call until it returns with the step enqueued (lazy: trace + torch_xla.sync()).
+  XLA:CPU computes on the same two cores as the host, so this is the clean host cost.
+- host ms/step (pipelined): the same span inside a loop that never waits (on a 2-core machine the
+  device's threads compete with the host for the cores).
+- step ms: wall time per step of the pipelined loop, until the last loss is read.
+- lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. With buffer donation, the XLA:CPU plugin runs
+  the step synchronously inside the launch, so the lazy path's host time includes the execution.
+
+Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
+       [--xla-only] [--batch 16] [--block 64]
+(--batch 2 --block 8: the device's compute is negligible, so the host times are the host cost alone)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, {examples!r})
+import torch
+mode, steps, warmup, layers, batch, block = {mode!r}, {steps}, {warmup}, {layers}, {batch}, {block}
+xla = mode in ("lazy", "openxla")
+if xla:
+    import torch_xla, torch_xla.debug.metrics as met, torch_xla.core.xla_model as xm
+    device = torch_xla.device()
+else:
+    device = torch.device("cpu")
+import models
+torch.manual_seed(0)
+model = models.GPT2(vocab=256, block=64, d=128, heads=4, layers=layers).to(device)
+model.tie_weights()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+g = torch.Generator().manual_seed(0)
+x = torch.randint(0, 256, (batch, block), generator=g).to(device)
+y = torch.roll(x, -1, 1).to(device)
+
+def step(x, y):
+    loss = model(x, y)[1]
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss
+
+if mode == "openxla":
+    f = torch.compile(step, backend="openxla")
+elif mode == "inductor":
+    f = torch.compile(step)
+else:
+    f = step
+
+def run():
+    loss = f(x, y)
+    if mode == "lazy":
+        torch_xla.sync()
+    return loss
+
+def wait():
+    if xla:
+        xm.wait_device_ops()
+
+t0 = time.perf_counter()
+for _ in range(warmup):
+    loss = run()
+loss.item()
+warm_s = time.perf_counter() - t0
+first_loss = loss.item()
+
+# idle-device host time
+host_idle = []
+for _ in range(steps):
+    wait()
+    h0 = time.perf_counter()
+    loss = run()
+    host_idle.append(time.perf_counter() - h0)
+loss.item()
+wait()
+if xla:
+    c0 = {{n: met.counter_value(n) for n in met.counter_names()}}
+# pipelined loop
+host = []
+t0 = time.perf_counter()
+for _ in range(steps):
+    h0 = time.perf_counter()
+    loss = run()
+    host.append(time.perf_counter() - h0)
+last = loss.item()
+step_ms = (time.perf_counter() - t0) / steps * 1e3
+out = {{"host_idle_ms": sorted(host_idle)[len(host_idle) // 2] * 1e3,
+       "host_ms": sorted(host)[len(host) // 2] * 1e3, "step_ms": step_ms, "warmup_s": warm_s, "loss": last}}
+if xla:
+    c1 = {{n: met.counter_value(n) for n in met.counter_names()}}
+    moved = {{n: v - c0.get(n, 0) for n, v in c1.items() if n.startswith(("xla::", "aten::")) and v != c0.get(n, 0)}}
+    out["ops_traced_per_step"] = sum(moved.values()) / steps
+    out["compiles_in_loop"] = (c1.get("UncachedCompile", 0) or 0) - (c0.get("UncachedCompile", 0) or 0)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_child(mode, steps, warmup, layers, batch, block, env_extra=None):
+    code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, steps=steps, warmup=warmup,
+                        layers=layers, batch=batch, block=block)
+    env = dict(os.environ, **(env_extra or {}))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{mode} failed:\n{r.stderr[-3000:]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--layers", type=int, default=2, help="decoder blocks (host cost vs op count)")
+    ap.add_argument("--xla-only", action="store_true", help="only the XLA:CPU configurations")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--block", type=int, default=64, help="tokens per sequence (at most 64)")
+    a = ap.parse_args()
+    configs = [("lazy", "lazy (XLA:CPU)", None),
+               ("lazy", "lazy, no donation (XLA:CPU)", {"XLA_ENABLE_PARAM_ALIASING": "0"}),
+               ("openxla", "torch.compile openxla (XLA:CPU)", None),
+               ("eager", "eager CPU", None)]
+    if not a.no_inductor:
+        configs.insert(3, ("inductor", "torch.compile inductor (CPU)", None))
+    if a.xla_only:
+        configs = [c for c in configs if c[0] in ("lazy", "openxla")]
+    results = {}
+    for mode, label, env in configs:
+        try:
+            results[label] = run_child(mode, a.steps, a.warmup, a.layers, a.batch, a.block, env)
+        except RuntimeError as e:
+            results[label] = {"error": str(e).splitlines()[-1]}
+    print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host ms (pipe)':>15s} {'step ms':>9s} "
+          f"{'warm-up s':>10s} {'ops/step':>9s}")
+    for label, r in results.items():
+        if "error" in r:
+            print(f"{label:36s} failed: {r['error']}")
+            continue
+        ops = r.get("ops_traced_per_step")
+        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['warmup_s']:10.1f} "
+              f"{'' if ops is None else f'{ops:9.0f}'}")
+    lazy, comp = results.get("lazy (XLA:CPU)"), results.get("torch.compile openxla (XLA:CPU)")
+    if lazy and comp and "error" not in lazy and "error" not in comp:
+        print(f"host time (idle device), lazy / openxla: {lazy['host_idle_ms'] / comp['host_idle_ms']:.1f}x; "
+              f"step time openxla / lazy: {comp['step_ms'] / lazy['step_ms']:.2f}")
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+// Python entry points of compiled callables (torch.compile(backend="openxla"/"openxla_eval"), see
+// torch_xla/_dynamo/dynamo_bridge.py and csrc/graph/dynamo.h): begin a trace with the example
+// inputs, compile the traced outputs, and run a compiled graph on new inputs (the hot path).
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/FunctionalTensorWrapper.h>
+
+#include "bridge/bridge.h"
+#include "graph/dynamo.h"
+#include "util/metrics.h"
+
+namespace py = pybind11;
+using namespace txla;
+
+namespace {
+
+// An FX graph's arguments: XLA tensors (graph inputs, bound per call) and other values (SymInt
+// sizes, flags) the executable was specialized on.
+struct ArgLayout {
+  size_t nargs = 0;
+  std::vector<int> tensor_pos;                    // positions of tensor arguments
+  std::vector<std::pair<int, py::object>> other;  // positions and values of the rest
+};
+
+graph::TensorPtr XlaOrNull(PyObject* o) {
+  if (!THPVariable_Check(o)) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(o);
+  try {
+    return bridge::XlaFromUser(t);
+  } catch (const std::invalid_argument&) {
+    return nullptr;
+  }
+}
+
+// Gives `arg` (a tensor the graph wrote in place) the value `value`, as an in-place op would:
+// through functionalization, so views of it see the write, and with a version bump for autograd.
+void WriteBack(const at::Tensor& arg, graph::TensorPtr value) {
+  if (at::functionalization::impl::isFunctionalTensor(arg)) {
+    at::Tensor inner(c10::make_intrusive<bridge::XLATensorImpl>(std::move(value)));
+    at::functionalization::impl::replace_(arg, inner);
+    at::functionalization::impl::commit_update(arg);
+    at::functionalization::impl::sync(arg);
+  } else if (auto* impl = dynamic_cast<bridge::XLATensorImpl*>(arg.unsafeGetTensorImpl())) {
+    impl->set_tensor(std::move(value));
+  } else {
+    throw std::runtime_error("internal: a compiled graph wrote to a tensor that is not an XLA tensor");
+  }
+  if (!arg.is_inference()) arg.unsafeGetTensorImpl()->bump_version();
+}
+
+struct Trace {
+  ArgLayout layout;
+  graph::DynamoTraceStart start;
+  std::vector<at::Tensor> tensors;  // the example inputs
+};
+
+struct Handle {
+  ArgLayout layout;
+  std::shared_ptr<graph::DynamoGraph> g;
+};
+
+ArgLayout LayoutOf(const py::sequence& args, std::vector<graph::TensorPtr>* xs, std::vector<at::Tensor>* ts) {
+  ArgLayout l;
+  l.nargs = py::len(args);
+  for (size_t i = 0; i < l.nargs; ++i) {
+    py::object a = args[i];
+    if (THPVariable_Check(a.ptr())) {
+      const at::Tensor& t = THPVariable_Unpack(a.ptr());
+      graph::TensorPtr x = XlaOrNull(a.ptr());
+      if (!x) {
+        throw py::type_error("compiled graph input " + std::to_string(i) + " is a tensor on " + t.device().str() +
+                             ", not on an XLA device");
+      }
+      l.tensor_pos.push_back(static_cast<int>(i));
+      xs->push_back(std::move(x));
+      ts->push_back(t);
+    } else {
+      l.other.emplace_back(static_cast<int>(i), a);
+    }
+  }
+  return l;
+}
+
+std::shared_ptr<Trace> Begin(const py::sequence& args) {
+  auto tr = std::make_shared<Trace>();
+  std::vector<graph::TensorPtr> xs;
+  tr->layout = LayoutOf(args, &xs, &tr->tensors);
+  int device = xs.empty() ? 0 : xs[0]->device();
+  for (const auto& x : xs) {
+    if (x->device() != device) {
+      throw py::value_error("a compiled graph's inputs are on XLA devices " + std::to_string(device) + " and " +
+                            std::to_string(x->device()) + "; one graph runs on one device");
+    }
+  }
+  tr->start = graph::DynamoBeginTrace(xs, device);
+  return tr;
+}
+
+std::vector<graph::TensorPtr> InputsNow(const Trace& tr) {
+  std::vector<graph::TensorPtr> now;
+  for (const auto& t : tr.tensors) now.push_back(bridge::XlaFromUser(t));
+  return now;
+}
+
+// Undo what a failed trace did to the inputs and the RNG seed, and drop its pending checks.
+void Restore(const Trace& tr) {
+  auto now = InputsNow(tr);
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (now[i] == tr.start.inputs[i] && now[i]->HasPending()) {
+      now[i]->SetData(tr.start.input_data[i]);  // written into the same lazy tensor (BatchNorm's statistics)
+    } else if (now[i] != tr.start.inputs[i]) {
+      WriteBack(tr.tensors[i], tr.start.inputs[i]);
+    }
+  }
+  graph::TensorPtr seed = graph::RngSeedTensor(tr.start.device);
+  if (seed == tr.start.seed && seed->HasPending() && tr.start.seed_data) seed->SetData(tr.start.seed_data);
+  graph::TakePendingChecks(tr.start.device, tr.start.checks_before);
+}
+
+std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name) {
+  std::vector<graph::TensorPtr> outs;
+  for (const auto& o : outputs) outs.push_back(bridge::XlaFromUser(o));
+  auto h = std::make_shared<Handle>();
+  h->layout = tr.layout;
+  h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name);
+  return h;
+}
+
+// The hot path: None when the arguments do not fit this executable (other shapes or values).
+py::object Run(const Handle& h, const py::sequence& args) {
+  const ArgLayout& l = h.layout;
+  if (static_cast<size_t>(PySequence_Size(args.ptr())) != l.nargs) return py::none();
+  std::vector<graph::TensorPtr> inputs;
+  std::vector<PyObject*> objs;
+  inputs.reserve(l.tensor_pos.size());
+  objs.reserve(l.tensor_pos.size());
+  for (size_t k = 0; k < l.tensor_pos.size(); ++k) {
+    py::object o = args[l.tensor_pos[k]];
+    graph::TensorPtr x = XlaOrNull(o.ptr());
+    if (!x && THPVariable_Check(o.ptr())) {
+      // A CPU tensor (a 0-dim optimizer step, a value computed on the CPU part of the graph): the
+      // executable reads it as an input, uploaded at each call.
+      const at::Tensor& t = THPVariable_Unpack(o.ptr());
+      if (t.device().is_cpu()) {
+        ir::Shape s(bridge::ToDType(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+        if (s != h.g->input_shapes[k]) return py::none();
+        x = bridge::FromCpu(t, h.g->device);
+      }
+    }
+    if (!x || x->shape() != h.g->input_shapes[k]) return py::none();
+    inputs.push_back(std::move(x));
+    objs.push_back(o.ptr());
+  }
+  for (const auto& [pos, value] : l.other) {
+    py::object o = args[pos];
+    if (!o.equal(value)) return py::none();
+  }
+  std::vector<ir::DeviceDataPtr> results = graph::DynamoRun(*h.g, inputs);
+  const graph::DynamoGraph& g = *h.g;
+  py::list out(g.num_outputs);
+  for (size_t i = 0; i < g.num_outputs; ++i) {
+    at::Tensor t = bridge::MakeXla(graph::TensorFromData(results[i]));
+    out[i] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(t)));
+  }
+  for (const auto& [input, root] : g.mutated) {
+    WriteBack(THPVariable_Unpack(objs[input]), graph::TensorFromData(results[root]));
+  }
+  return std::move(out);
+}
+
+}  // namespace
+
+namespace txla::bridge {
+
+void RegisterDynamoBindings(py::module& m) {
+  py::class_<Trace, std::shared_ptr<Trace>>(m, "_DynamoTrace");
+  py::class_<Handle, std::shared_ptr<Handle>>(m, "_DynamoGraph")
+      .def_property_readonly("name", [](const Handle& h) { return h.g->name; })
+      .def_property_readonly("num_params", [](const Handle& h) { return h.g->params.size(); })
+      .def_property_readonly("num_outputs", [](const Handle& h) { return h.g->num_outputs; })
+      .def_property_readonly("num_constants", [](const Handle& h) {
+        size_t n = 0;
+        for (const auto& p : h.g->params) n += p.kind == graph::DynamoParam::kConstant;
+        return n;
+      })
+      .def_property_readonly("mutated_inputs", [](const Handle& h) {
+        std::vector<int> v;
+        for (const auto& [input, root] : h.g->mutated) v.push_back(h.layout.tensor_pos[input]);
+        return v;
+      })
+      .def_property_readonly("uses_rng", [](const Handle& h) { return h.g->seed_root >= 0; })
+      .def_property_readonly("input_shapes", [](const Handle& h) {
+        std::vector<std::string> v;
+        for (const auto& s : h.g->input_shapes) v.push_back(s.ToString());
+        return v;
+      });
+  m.def("_dynamo_begin", &Begin, py::arg("args"));
+  m.def("_dynamo_restore", &Restore, py::arg("trace"));
+  m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"));
+  m.def("_dynamo_run", &Run, py::arg("graph"), py::arg("args"));
+  m.def("_dynamo_debug_enabled", []() {
+    graph::RefreshDebugLevel();
+    return graph::DebugLevel() > 0;
+  });
+  m.def("_dynamo_debug", [](const std::string& msg) {
+    std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] %s\n", msg.c_str());
+  });
+  m.def("_add_time_sample", [](const std::string& name, double ns) {
+    metrics::AddSample(name, ns, metrics::Unit::kTime);
+  });
+}
+
+}  // namespace txla::bridge
