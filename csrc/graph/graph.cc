@@ -1215,7 +1215,7 @@ std::shared_ptr<const runtime::Executable> CompileGraph(const std::vector<Value>
   Hash128 key = GraphHash(po, roots, device);
   SyncOptions opts;
   opts.name = name;
-  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts, {});
+  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts, {}, false);
   *params = po.params;
   return std::shared_ptr<const runtime::Executable>(comp, &comp->exe);
 }
