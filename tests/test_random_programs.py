@@ -41,8 +41,7 @@ KNOWN = {
 
 def _param(seed):
     if seed in KNOWN:
-        # AUTOGRAD_QUEUE depends on which test ran backward() first in the process: not strict.
-        return pytest.param(seed, marks=pytest.mark.xfail(strict=KNOWN[seed] is not AUTOGRAD_QUEUE, reason=KNOWN[seed]))
+        return pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN[seed]))
     return seed
 
 
