@@ -34,7 +34,8 @@ import gpt  # noqa: E402
 import models  # noqa: E402
 
 DEV = torch_xla.device()
-GLUE_OPS = {"xla::copy", "xla::detach_copy", "xla::alias_copy", "xla::empty_strided", "xla::fill"}
+GLUE_OPS = {"xla::copy", "xla::detach_copy", "xla::alias_copy", "xla::empty_strided", "xla::fill",
+            "aten::_local_scalar_dense"}  # the last: the test loop's loss.item(), a host read (not a traced op)
 
 
 @pytest.fixture(autouse=True)
@@ -205,7 +206,7 @@ def _compare_training(make_model, make_opt, batches, loss_fn, opt_inside=True, s
     torch.testing.assert_close(torch.tensor(xla_losses), torch.tensor(cpu_losses), rtol=1e-2, atol=1e-4)
     for (name, a), (_, b) in zip(cpu_model.state_dict().items(), xla_model.state_dict().items()):
         torch.testing.assert_close(b.cpu(), a, rtol=5e-2, atol=1e-2, msg=f"state {name} differs")
-    assert not [n for n in met.counter_names() if n.startswith("aten::")]
+    assert not [n for n in met.counter_names() if n.startswith("aten::") and n != "aten::_local_scalar_dense"]  # .item(): a host read
     return cpu_model, xla_model, snaps
 
 
@@ -421,14 +422,14 @@ def test_dropout_model_trains_under_openxla():
     cstep = torch.compile(step, backend="openxla")
     losses = [cstep(x.to(DEV), y.to(DEV)).item() for x, y in _gpt_batches(12, batch=8)]
     assert losses[-1] < losses[0]
-    assert not [n for n in met.counter_names() if n.startswith("aten::")]
+    assert not [n for n in met.counter_names() if n.startswith("aten::") and n != "aten::_local_scalar_dense"]  # .item(): a host read
 
 
 # ----------------------------------------------------------------------------- fallbacks, checks
 
 def test_graph_with_cpu_fallback_op_runs_lazily_and_correctly():
     def f(x):
-        return torch.median(x, dim=1).values * 2 + x.sum(1)   # median: a CPU-fallback op
+        return torch.lgamma(x.abs() + 1).sum(1) * 2 + x.sum(1)   # lgamma: a CPU-fallback op
 
     cf = torch.compile(f, backend="openxla_eval")
     before = met.counter_value("DynamoLazyGraph") or 0
