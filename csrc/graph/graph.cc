@@ -255,14 +255,9 @@ void CheckDevice(int device) {
   }
 }
 
-TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding) {
-  CheckDevice(device);
-  metrics::Timer to_data("TensorToData");
-  ir::DeviceDataPtr d;
-  {
-    metrics::Timer timer("TransferToDeviceTime");
-    d = UploadData(data, shape, device, sharding && sharding->IsReplicated() ? nullptr : std::move(sharding));
-  }
+namespace {
+// A new tensor over freshly uploaded data, with the upload's metrics.
+TensorPtr FromUploaded(ir::DeviceDataPtr d, const ir::Shape& shape, int device) {
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
   metrics::IncrementCounter("CreateDataHandles");
@@ -272,6 +267,18 @@ TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, i
     t->SetData(std::move(d));
   }
   return Register(std::move(t));
+}
+}  // namespace
+
+TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, ir::ShardingPtr sharding) {
+  CheckDevice(device);
+  metrics::Timer to_data("TensorToData");
+  ir::DeviceDataPtr d;
+  {
+    metrics::Timer timer("TransferToDeviceTime");
+    d = UploadData(data, shape, device, sharding && sharding->IsReplicated() ? nullptr : std::move(sharding));
+  }
+  return FromUploaded(std::move(d), shape, device);
 }
 
 TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int device, std::function<void()> release) {
@@ -289,15 +296,7 @@ TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int d
                                                                       std::move(release)),
                                          shape, device);
   }
-  size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
-  metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
-  metrics::IncrementCounter("CreateDataHandles");
-  auto t = std::make_shared<TensorData>(shape, device);
-  {
-    metrics::Timer wrap("WrapXlaData");
-    t->SetData(std::move(d));
-  }
-  return Register(std::move(t));
+  return FromUploaded(std::move(d), shape, device);
 }
 
 void TensorToHost(const TensorPtr& t, void* dst) {

@@ -370,32 +370,41 @@ void OnReadyTrampoline(PJRT_Error* error, void* user_arg) {
   }
   delete cb;
 }
+
+bool HasOnReady(const PJRT_Api* api) {
+  try {
+    PJRT_FN(api, PJRT_Event_OnReady);
+    return true;
+  } catch (const PjrtError&) {
+    return false;
+  }
+}
+
+// Calls done() on a PJRT thread once `event` is ready, then destroys the event. Returns false (event
+// and done left to the caller) where the plugin refuses the callback.
+bool CallWhenReady(const PJRT_Api* api, PJRT_Event* event, const std::function<void()>& done) {
+  auto* cb = new ReadyCallback{api, event, done};
+  auto o = MakeArgs<PJRT_Event_OnReady_Args>(PJRT_Event_OnReady_Args_STRUCT_SIZE);
+  o.event = event;
+  o.callback = &OnReadyTrampoline;
+  o.user_arg = cb;
+  PJRT_Error* err = PJRT_FN(api, PJRT_Event_OnReady)(&o);
+  if (err == nullptr) return true;
+  Discard(api, err);
+  delete cb;
+  return false;
+}
 }  // namespace
 
 bool Buffer::OnReady(std::function<void()> done) const {
   if (buf_ == nullptr) return false;
-  PJRT_Event_OnReady* on_ready = nullptr;
-  try {
-    on_ready = PJRT_FN(api_, PJRT_Event_OnReady);
-  } catch (const PjrtError&) {
-    return false;  // an older plugin: no timing
-  }
+  if (!HasOnReady(api_)) return false;  // an older plugin: no timing
   auto a = MakeArgs<PJRT_Buffer_ReadyEvent_Args>(PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE);
   a.buffer = buf_;
   Check(api_, PJRT_FN(api_, PJRT_Buffer_ReadyEvent)(&a), "Buffer_ReadyEvent");
-  auto* cb = new ReadyCallback{api_, a.event, std::move(done)};
-  auto o = MakeArgs<PJRT_Event_OnReady_Args>(PJRT_Event_OnReady_Args_STRUCT_SIZE);
-  o.event = a.event;
-  o.callback = &OnReadyTrampoline;
-  o.user_arg = cb;
-  PJRT_Error* err = on_ready(&o);
-  if (err != nullptr) {
-    Discard(api_, err);
-    Event ev(api_, a.event);
-    delete cb;
-    return false;
-  }
-  return true;
+  if (CallWhenReady(api_, a.event, done)) return true;
+  Event ev(api_, a.event);
+  return false;
 }
 
 void Buffer::ToHost(void* dst, size_t nbytes) const {
@@ -714,7 +723,8 @@ std::string Client::DeviceKind(int index) const {
   return std::string(a.device_kind, a.device_kind_size);
 }
 
-Buffer Client::ToDevice(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index) {
+Buffer Client::FromHost(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index,
+                        bool zero_copy, PJRT_Event** done_with_host_buffer) {
   PJRT_Device* device = Device(device_index);
   for (int64_t d : dims) {
     if (d < 0) throw PjrtError("ToDevice: negative dimension " + std::to_string(d));
@@ -726,62 +736,41 @@ Buffer Client::ToDevice(const void* data, ElementType type, const std::vector<in
   a.type = ToPjrtType(type);
   a.dims = dims.data();
   a.num_dims = dims.size();
-  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  a.host_buffer_semantics = zero_copy ? PJRT_HostBufferSemantics_kImmutableZeroCopy
+                                      : PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
   a.device = device;
   Check(api_, PJRT_FN(api_, PJRT_Client_BufferFromHostBuffer)(&a), "Client_BufferFromHostBuffer");
-  Buffer buf(api_, a.buffer);
-  Event done(api_, a.done_with_host_buffer);
+  *done_with_host_buffer = a.done_with_host_buffer;
+  return Buffer(api_, a.buffer);
+}
+
+Buffer Client::ToDevice(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index) {
+  PJRT_Event* done_event = nullptr;
+  Buffer buf = FromHost(data, type, dims, device_index, false, &done_event);
+  Event done(api_, done_event);
   done.Await("Client_BufferFromHostBuffer (host copy)");
   return buf;
 }
 
 Buffer Client::ToDeviceZeroCopy(const void* data, ElementType type, const std::vector<int64_t>& dims,
                                 int device_index, std::function<void()> release) {
-  PJRT_Event_OnReady* on_ready = nullptr;
-  try {
-    on_ready = PJRT_FN(api_, PJRT_Event_OnReady);
-  } catch (const PjrtError&) {
-    on_ready = nullptr;
-  }
-  if (on_ready == nullptr || data == nullptr) {  // cannot learn when the plugin is done: copy
+  if (!HasOnReady(api_) || data == nullptr) {  // cannot learn when the plugin is done: copy
     Buffer b = ToDevice(data, type, dims, device_index);
     release();
     return b;
   }
-  PJRT_Device* device = Device(device_index);
-  for (int64_t d : dims) {
-    if (d < 0) throw PjrtError("ToDevice: negative dimension " + std::to_string(d));
+  PJRT_Event* done_event = nullptr;
+  Buffer buf = FromHost(data, type, dims, device_index, true, &done_event);
+  if (CallWhenReady(api_, done_event, release)) return buf;
+  // No callback: copy instead, drop the aliasing buffer, then wait until the plugin lets go of `data`.
+  Buffer copy = ToDevice(data, type, dims, device_index);
+  buf = Buffer();
+  {
+    Event done(api_, done_event);
+    done.Await("Client_BufferFromHostBuffer (zero copy)");
   }
-  auto a = MakeArgs<PJRT_Client_BufferFromHostBuffer_Args>(PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE);
-  a.client = client_;
-  a.data = data;
-  a.type = ToPjrtType(type);
-  a.dims = dims.data();
-  a.num_dims = dims.size();
-  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableZeroCopy;
-  a.device = device;
-  Check(api_, PJRT_FN(api_, PJRT_Client_BufferFromHostBuffer)(&a), "Client_BufferFromHostBuffer");
-  Buffer buf(api_, a.buffer);
-  auto* cb = new ReadyCallback{api_, a.done_with_host_buffer, std::move(release)};
-  auto o = MakeArgs<PJRT_Event_OnReady_Args>(PJRT_Event_OnReady_Args_STRUCT_SIZE);
-  o.event = a.done_with_host_buffer;
-  o.callback = &OnReadyTrampoline;
-  o.user_arg = cb;
-  PJRT_Error* err = on_ready(&o);
-  if (err != nullptr) {  // no callback: wait for the plugin here (it copied, or holds the data until the buffer dies)
-    Discard(api_, err);
-    ReadyCallback* held = cb;
-    Buffer copy = ToDevice(data, type, dims, device_index);
-    buf = Buffer();  // drop the aliasing buffer first, then wait until the plugin lets go of `data`
-    {
-      Event done(api_, held->event);
-      done.Await("Client_BufferFromHostBuffer (zero copy)");
-    }
-    held->done();
-    delete held;
-    return copy;
-  }
-  return buf;
+  release();
+  return copy;
 }
 
 Executable Client::Compile(const std::string& mlir, const CompileOptions& opts) {

@@ -168,6 +168,13 @@ class Client {
   // where the plugin cannot report that moment.
   Buffer ToDeviceZeroCopy(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index,
                           std::function<void()> release);
+
+ private:
+  // PJRT_Client_BufferFromHostBuffer; the caller owns *done_with_host_buffer.
+  Buffer FromHost(const void* data, ElementType type, const std::vector<int64_t>& dims, int device_index,
+                  bool zero_copy, PJRT_Event** done_with_host_buffer);
+
+ public:
   // Compile MLIR (StableHLO text or bytecode). Throws PjrtError with the compiler's message.
   Executable Compile(const std::string& mlir, const CompileOptions& opts);
   // Loads a serialized executable, overriding its compile options with opts.
