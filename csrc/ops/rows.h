@@ -13,6 +13,9 @@ void AddIndexRows(std::vector<OpRow>& rows);
 void AddMathRows(std::vector<OpRow>& rows);
 // Eager's legality rules (legality.cc) run before the rows they name.
 void WrapLegality(std::vector<OpRow>& rows);
+// The type eager computes in: reduced-precision floats (bf16/f16) in float32, rounded once per aten
+// op; composite rows do the same so intermediates are not rounded.
+inline DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 // ScalarType names as eager prints them in messages ('Long', 'Bool', 'Float', ...).
 const char* ScalarTypeName(DType t);
 }  // namespace txla::ops

@@ -11,9 +11,6 @@ using V = std::vector<Value>;
 
 namespace {
 
-// Eager computes reduced-precision floats (bf16/f16) in float32 and rounds once per aten op; composite
-// rows do the same so intermediates are not rounded.
-DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 // Eager's lerp: exact at both ends (weight 0 -> self, weight 1 -> end).
 Value Lerp(const Value& x, const Value& e, const Value& w) {

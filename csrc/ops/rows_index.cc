@@ -490,7 +490,7 @@ Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int
   DType t = dtype.value_or(FloatOf(x.dtype()));
   // f16/bf16 accumulate in float32 and round once, as eager's kernels do.
   DType out_t = t;
-  if (t == DType::kF16 || t == DType::kBF16) t = DType::kF32;
+  t = OpMath(t);
   Value xc = ir::Unary(Op::kAbs, Cast(x, t));
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
   Value r;

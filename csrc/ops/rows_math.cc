@@ -18,7 +18,6 @@ using V = std::vector<Value>;
 
 namespace {
 
-DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 Value C(double v, const Value& like) { return ir::Full(v, like.shape()); }
 Value Add(const Value& a, const Value& b) { return ir::Binary(Op::kAdd, a, b); }

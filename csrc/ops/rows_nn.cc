@@ -31,7 +31,6 @@ Value SampleWeights(const std::optional<Value>& weight, const Value& onehot, con
 }
 
 // bf16/f16 compute in float32 as eager does (rounded once at the end).
-DType OpMath(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 Value LayerNormStat(const Value& x, const std::vector<int64_t>& axes) {
   return KeepDims(ir::Reduce(ir::ReduceKind::kSum, x, axes), x.dims(), axes);

@@ -139,7 +139,7 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     DType t = SumType(x, a.OptDType(2));
     if (x.rank() == 0) return {Cast(x, t)};
-    DType acc = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;  // eager accumulates in float32
+    DType acc = OpMath(t);  // eager accumulates in float32
     return {Cast(ir::Cumulative(ir::ReduceKind::kSum, Cast(x, acc), a.Int(1)), t)};
   }});
 
@@ -184,7 +184,7 @@ void AddReductionRows(std::vector<OpRow>& rows) {
   rows.push_back({"logsumexp", [](OpArgs& a) -> V {
     // Eager: m = amax (0 where infinite); log(sum(exp(x - m))) + m.
     Value x = a.V(0);
-    DType t = FloatOf(x.dtype()), ct = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
+    DType t = FloatOf(x.dtype()), ct = OpMath(t);
     Value xc = Cast(x, ct);
     if (xc.rank() == 0) return {Cast(xc, t)};
     std::vector<int64_t> dims = DimsOrAll(a, 1, xc);
