@@ -1066,6 +1066,11 @@ def _kind(msg):
     return "value"
 
 
+# Programs eager runs whose result depends on its kernels' iteration order: we refuse them with a
+# clear error (README, "Never a wrong answer"), which is not a mismatch.
+DOCUMENTED_REFUSALS = ("writes in place into a tensor whose elements overlap in memory",)
+
+
 def check(prog: Program, device=None) -> list:
     """Runs `prog` on eager CPU and on the xla device; returns a list of Mismatch (empty: agree)."""
     import torch_xla
@@ -1086,7 +1091,8 @@ def check(prog: Program, device=None) -> list:
                 out.append(Mismatch("xla_raises", f"xla raised {gt.__name__} at step {gi} before eager's step {ei}: {gm}", gi))
     elif got.error is not None:
         gi, gt, gm = got.error
-        out.append(Mismatch("xla_raises", f"xla raised {gt.__name__} at step {gi}: {gm}", gi if gi != "read" else None))
+        if not any(d in str(gm) for d in DOCUMENTED_REFUSALS):
+            out.append(Mismatch("xla_raises", f"xla raised {gt.__name__} at step {gi}: {gm}", gi if gi != "read" else None))
     else:
         for n in prog.names():
             if n not in ref.values:

@@ -57,6 +57,94 @@ def _unfold_2d_fill(d):
     return t
 
 
+def _overlap_case(view, write):
+    """Writes through a view whose elements overlap in memory: eager writes element after element,
+    a base element keeps the last value written to any view element covering it."""
+    def run(d):
+        b = torch.arange(1.0, 6.0, device=d)
+        write(view(b), d)
+        return b
+    return run
+
+
+def _mask(d):
+    return torch.tensor([[False, True, False], [False, False, False], [True, False, False]], device=d)
+
+
+OVERLAP_CASES = {
+    "expand_masked_fill_not_at_index0": lambda d: _expand_masked_fill(d),
+    "expand_index_fill": lambda d: _expand_index_fill(d),
+    "expand_slice_zero": lambda d: _expand_slice_zero(d),
+    "expand_row_add_then_read": lambda d: _expand_row_add(d),
+    "unfold_masked_fill": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: v.masked_fill_(_mask(d), -1)),
+    "unfold_setitem_mask": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: v.__setitem__(_mask(d), -1.0)),
+    "unfold_copy_last_wins": _overlap_case(lambda b: b.unfold(0, 3, 1),
+                                           lambda v, d: v.copy_(torch.arange(9.0, device=d).view(3, 3) + 10)),
+    "unfold_fill": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: v.fill_(7)),
+    "unfold_fill_negzero": _overlap_case(lambda b: b.unfold(0, 2, 1), lambda v, d: v[1:].fill_(-0.0)),
+    "unfold_setitem_one": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: v.__setitem__((1, 0), 100.0)),
+    "as_strided_fill": _overlap_case(lambda b: b.as_strided((3, 2), (1, 1)), lambda v, d: v.fill_(3)),
+    "unfold_no_overlap_mul": _overlap_case(lambda b: b.unfold(0, 2, 3), lambda v, d: v.mul_(10)),
+    "unfold_fill_twice": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: (v.fill_(2), v[0].fill_(5))),
+}
+
+
+def _expand_masked_fill(d):
+    b = torch.zeros(1, device=d)
+    b.expand(3).masked_fill_(torch.tensor([False, True, False], device=d), 5)
+    return b
+
+
+def _expand_index_fill(d):
+    b = torch.zeros(1, 1, device=d)
+    b.expand(2, 3).index_fill_(1, torch.tensor([1], device=d), 5)
+    return b
+
+
+def _expand_slice_zero(d):
+    b = torch.arange(1.0, 3.0, device=d)
+    b.view(2, 1).expand(2, 3)[:, 1:].zero_()
+    return b
+
+
+def _expand_row_add(d):
+    b = torch.arange(4.0, device=d)
+    e = b.expand(3, 4)
+    e[1].add_(1)
+    return torch.stack([b, e[2]])
+
+
+@pytest.mark.filterwarnings("ignore:Use of .* on expanded tensors is deprecated")
+@pytest.mark.parametrize("name", list(OVERLAP_CASES))
+def test_writes_through_overlapping_views_match_eager(name):
+    fn = OVERLAP_CASES[name]
+    ref = fn("cpu")
+    got = fn(DEV).cpu()
+    assert torch.equal(ref, got) and ref.dtype == got.dtype, f"{name}: eager {ref} vs xla {got}"
+    assert torch.equal(torch.signbit(ref), torch.signbit(got)), f"{name}: signed zeros differ: {ref} vs {got}"
+
+
+@pytest.mark.parametrize("view", ["unfold", "as_strided", "unfold_after_fill"])
+@pytest.mark.parametrize("op", ["mul_", "add_", "pow_", "addcmul_"])
+def test_read_modify_write_through_overlapping_view_refused(view, op):
+    """Eager computes these element after element, reading what it has just written (its result
+    depends on its kernel's iteration order): we raise instead of giving other numbers."""
+    b = torch.arange(1.0, 6.0, device=DEV)
+    if view == "as_strided":
+        v = b.as_strided((3, 2), (1, 1))
+    else:
+        v = b.unfold(0, 3, 1)
+        if view == "unfold_after_fill":
+            v.fill_(2)
+    assert not v.is_contiguous() and v.stride() == ((1, 1) if view != "as_strided" else (1, 1))
+    call = {"mul_": lambda: v.mul_(2), "add_": lambda: v.add_(torch.ones_like(v)), "pow_": lambda: v.pow_(2),
+            "addcmul_": lambda: v.addcmul_(v.detach().clone(), v.detach().clone())}[op]
+    with pytest.raises(RuntimeError, match="overlap in memory"):
+        call()
+        torch_xla.sync()
+    assert torch.equal(b.cpu(), torch.full((5,), 2.0) if view == "unfold_after_fill" else torch.arange(1.0, 6.0))
+
+
 CASES = {
     "expand_fill_keeps_inf_nan": _expand_fill,
     "expand_empty_slice_writes_nothing": _expand_empty_pow,
@@ -185,6 +273,15 @@ ERRORS = {
     "inplace_internal_overlap": (_overlap_add, RuntimeError),
     "int_negative_power": (_int_neg_pow, RuntimeError),
     "inplace_result_cast": (_inplace_int_div, RuntimeError),
+    # eager's index_select raises RuntimeError along dim 1 of a tensor of rank >= 2, IndexError otherwise
+    "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
+        1, torch.tensor([0, 5], device=d)), RuntimeError),
+    "index_select_dim1_int64": (lambda d: torch.ones(1, 1, dtype=torch.long, device=d).index_select(
+        -1, torch.tensor([0, 1], device=d)), RuntimeError),
+    "index_select_dim0_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
+        0, torch.tensor([2], device=d)), IndexError),
+    "index_select_dim2_out_of_range": (lambda d: torch.zeros(2, 3, 4, device=d).index_select(
+        2, torch.tensor([9], device=d)), IndexError),
 }
 
 

@@ -44,6 +44,16 @@ void RegisterKernels();
 // Exact expand/unfold view inverses and eager's in-place checks (functionalize.cc); ops listed in
 // cpp_meta_ops keep the C++ structured meta kernels registered for them.
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops);
+// In-place ops that read what they write: eager's error for broadcast overlap, and ours for any
+// other overlap of `self`'s elements (eager's result would depend on its iteration order).
+void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);
+// Writes into a view whose elements overlap (allowed for fills and copies): the functional op that
+// functionalization runs next gets `self`'s layout (an overlapping view keeps reporting it).
+void ExpectInplaceResultLayout(const at::Tensor& self);
+void ClearInplaceResultLayout();
+void ApplyInplaceResultLayout(c10::ArrayRef<c10::IValue> results);
+// Give an (inner) XLA tensor eager's sizes, strides and offset, if its sizes are these.
+void SetEagerLayout(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset);
 // The op-table rows registered with the dispatcher in this torch release (by their own names).
 std::vector<std::string> RegisteredRows();
 

@@ -19,6 +19,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -30,34 +32,129 @@ namespace {
 using at::functionalization::ViewMeta;
 namespace fimpl = at::functionalization::impl;
 
-struct ExpandMeta : ViewMeta {
+// ---- Writes through views whose elements overlap (expand, unfold with step < size, as_strided).
+// Eager writes such a view element after element; for the writes it allows (fills, masked fills,
+// copies, index_put) a base element ends up with the value written last to any view element that
+// covers it, or keeps its value when none wrote there. Functionalization hands the view's reverse
+// only the view's new value, so the reverse recovers the writes as the elements whose value (bits)
+// changed, and takes the last changed one per base element, in the view's row-major order.
+
+// 0 where the view element's value is unchanged; -0. and 0. differ, NaN equals NaN.
+at::Tensor Changed(const at::Tensor& now, const at::Tensor& before) {
+  at::Tensor ne = at::ne(now, before);
+  if (!at::isFloatingType(now.scalar_type())) return ne;
+  at::Tensor both_nan = at::logical_and(at::isnan(now), at::isnan(before));
+  at::Tensor zeros = at::logical_and(at::eq(now, 0), at::eq(before, 0));
+  at::Tensor sign = at::ne(at::lt(at::reciprocal(now), 0), at::lt(at::reciprocal(before), 0));
+  return at::logical_or(at::logical_and(ne, at::logical_not(both_nan)), at::logical_and(zeros, sign));
+}
+
+// `base` with the writes of `mutated` (a view of it whose element i is base's flat element
+// map[i]) applied as eager applies them: per base element, the last changed view element wins.
+at::Tensor OverlapReverse(const at::Tensor& base, const at::Tensor& mutated, const at::Tensor& map_cpu) {
+  const int64_t n = mutated.numel(), b = base.numel();
+  at::Tensor map = map_cpu.reshape(-1).contiguous();
+  const int64_t* m = map.data_ptr<int64_t>();
+  std::vector<int64_t> count(b, 0);
+  int64_t width = 1;
+  for (int64_t i = 0; i < n; ++i) width = std::max(width, ++count[m[i]]);
+  // table[j][k]: the k-th view element (ascending) that covers base element j; n where none.
+  at::Tensor table = at::full({b, width}, n, at::kLong);
+  int64_t* t = table.data_ptr<int64_t>();
+  std::fill(count.begin(), count.end(), 0);
+  for (int64_t i = 0; i < n; ++i) t[m[i] * width + count[m[i]]++] = i;
+  auto dev = base.device();
+  at::Tensor dmap = map.to(dev), dtable = at::view_copy(table.to(dev), {b * width});
+  at::Tensor base_flat = at::view_copy(base, {b});
+  at::Tensor now = at::view_copy(mutated, {n});
+  at::Tensor changed = Changed(now, at::index_select(base_flat, 0, dmap));
+  at::Tensor changed_ext = at::cat({changed, at::zeros({1}, changed.options())});
+  at::Tensor now_ext = at::cat({now, at::zeros({1}, now.options())});
+  at::Tensor c = at::view_copy(at::index_select(changed_ext, 0, dtable), {b, width});
+  at::Tensor rank = at::arange(1, width + 1, at::TensorOptions().dtype(at::kLong).device(dev));
+  at::Tensor last = at::argmax(at::mul(c.to(at::kLong), rank), 1, /*keepdim=*/true);
+  at::Tensor src = at::view_copy(at::gather(at::view_copy(dtable, {b, width}), 1, last), {b});
+  at::Tensor out = at::where(at::any(c, 1), at::index_select(now_ext, 0, src), base_flat);
+  return at::view_copy(out, base.sizes());
+}
+
+// Whether two elements of a tensor of these sizes and strides share a memory location.
+bool Overlaps(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) of dimensions with size > 1
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return false;
+    if (sizes[i] > 1) dims.emplace_back(std::abs(strides[i]), sizes[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 0;  // largest offset reachable by the dimensions so far
+  bool nested = true;
+  for (auto& [stride, size] : dims) {
+    if (stride == 0) return true;
+    if (stride <= span) nested = false;
+    span += stride * (size - 1);
+  }
+  if (nested) return false;
+  // Interleaved strides: enumerate the offsets (rare layouts only).
+  std::vector<bool> seen(span + 1, false);
+  std::vector<int64_t> idx(dims.size(), 0);
+  int64_t off = 0;
+  while (true) {
+    if (seen[off]) return true;
+    seen[off] = true;
+    size_t d = 0;
+    for (; d < dims.size(); ++d) {
+      if (++idx[d] < dims[d].second) {
+        off += dims[d].first;
+        break;
+      }
+      off -= dims[d].first * (dims[d].second - 1);
+      idx[d] = 0;
+    }
+    if (d == dims.size()) return false;
+  }
+}
+
+
+// Our view metas remember eager's layout of the view (set at creation) and give it to each value
+// they regenerate: the functional wrapper reports its inner tensor's layout.
+struct LayoutViewMeta : ViewMeta {
+  LayoutViewMeta() : ViewMeta(/*has_symbolic_inputs=*/false) {}
+  struct Layout {
+    std::vector<int64_t> sizes, strides;
+    int64_t offset = 0;
+    bool known = false;
+  } layout;
+  at::Tensor Relayout(at::Tensor t) const {
+    if (layout.known) SetEagerLayout(t, layout.sizes, layout.strides, layout.offset);
+    return t;
+  }
+};
+
+struct ExpandMeta : LayoutViewMeta {
   ExpandMeta(bool reapply, std::vector<int64_t> size, bool implicit)
-      : ViewMeta(/*has_symbolic_inputs=*/false), reapply(reapply), size(std::move(size)), implicit(implicit) {}
+      : reapply(reapply), size(std::move(size)), implicit(implicit) {}
   at::Tensor forward(const at::Tensor& base) override {
-    return reapply ? at::_ops::expand::call(base, c10::fromIntArrayRefSlow(size), implicit)
-                   : at::_ops::expand_copy::call(base, c10::fromIntArrayRefSlow(size), implicit);
+    return Relayout(reapply ? at::_ops::expand::call(base, c10::fromIntArrayRefSlow(size), implicit)
+                            : at::_ops::expand_copy::call(base, c10::fromIntArrayRefSlow(size), implicit));
   }
   at::Tensor reverse(const at::Tensor& base, const at::Tensor& mutated) override {
-    // A base element appears at every index of an expanded dimension: index 0 holds what was written.
+    // A base element appears at every index of an expanded dimension: what was written to any of
+    // them (the last one) is its new value.
     if (mutated.numel() == 0) return at::view_copy(base, base.sizes());  // an empty view writes nothing
-    at::Tensor r = mutated;
-    int64_t lead = mutated.dim() - base.dim();
-    for (int64_t i = 0; i < lead; ++i) r = at::select_copy(r, 0, 0);
-    for (int64_t d = 0; d < base.dim(); ++d) {
-      if (base.size(d) == 1 && r.size(d) != 1) r = at::slice_copy(r, d, 0, 1, 1);
-    }
-    return at::view_copy(r, base.sizes());
+    if (mutated.numel() == base.numel()) return at::view_copy(mutated, base.sizes());  // nothing repeated
+    at::Tensor map = at::arange(base.numel(), at::kLong).view(base.sizes()).expand(size, implicit);
+    return OverlapReverse(base, mutated, map);
   }
   bool reapply;
   std::vector<int64_t> size;
   bool implicit;
 };
 
-struct UnfoldMeta : ViewMeta {
-  UnfoldMeta(bool reapply, int64_t dim, int64_t size, int64_t step)
-      : ViewMeta(/*has_symbolic_inputs=*/false), reapply(reapply), dim(dim), size(size), step(step) {}
+struct UnfoldMeta : LayoutViewMeta {
+  UnfoldMeta(bool reapply, int64_t dim, int64_t size, int64_t step) : reapply(reapply), dim(dim), size(size), step(step) {}
   at::Tensor forward(const at::Tensor& base) override {
-    return reapply ? at::_ops::unfold::call(base, dim, size, step) : at::_ops::unfold_copy::call(base, dim, size, step);
+    return Relayout(reapply ? at::_ops::unfold::call(base, dim, size, step)
+                            : at::_ops::unfold_copy::call(base, dim, size, step));
   }
   at::Tensor reverse(const at::Tensor& base, const at::Tensor& mutated) override {
     // view[..., i, ..., j] = base[..., i * step + j, ...]: scatter the windows back, keep the rest.
@@ -65,6 +162,9 @@ struct UnfoldMeta : ViewMeta {
     if (base.dim() == 0) return at::view_copy(mutated, base.sizes());
     int64_t d = c10::maybe_wrap_dim(dim, base.dim());
     int64_t n = mutated.size(d);
+    if (step < size && n > 1) {  // overlapping windows
+      return OverlapReverse(base, mutated, at::arange(base.numel(), at::kLong).view(base.sizes()).unfold(dim, size, step));
+    }
     auto opts = at::TensorOptions().dtype(at::kLong).device(base.device());
     at::Tensor idx = at::add(at::unsqueeze_copy(at::mul(at::arange(n, opts), step), 1), at::unsqueeze_copy(at::arange(size, opts), 0));
     std::vector<int64_t> perm;
@@ -103,10 +203,14 @@ at::Tensor FunctionalView(const at::Tensor& self, MetaOp run_view, Make make_met
     at::AutoDispatchSkipFunctionalize guard;
     out_inner = run_view(inner, reapply);
   }
-  std::shared_ptr<ViewMeta> meta = make_meta(reapply);
+  auto meta = make_meta(reapply);
   at::Tensor out = at::detail::make_tensor<at::FunctionalTensorWrapper>(out_inner, fimpl::unsafeGetFunctionalWrapper(self), meta);
   out.unsafeGetTensorImpl()->set_sizes_and_strides(reference.sym_sizes(), reference.sym_strides(),
                                                    reference.sym_storage_offset());
+  // The wrapper reports its inner tensor's layout: give the inner tensor eager's (in-place checks
+  // read it), and remember it for the view's regenerations.
+  SetEagerLayout(out_inner, reference.sizes(), reference.strides(), reference.storage_offset());
+  meta->layout = {reference.sizes().vec(), reference.strides().vec(), reference.storage_offset(), true};
   return out;
 }
 
@@ -132,16 +236,20 @@ at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size
 // as_strided reads the storage of its input. On a view, eager reads the base's storage, which the
 // view's own value (all functionalization hands the backend) does not hold: take the view's base as
 // the input instead (same storage, so the same elements), with the view's offset by default.
-struct AsStridedMeta : ViewMeta {
+struct AsStridedMeta : LayoutViewMeta {
   AsStridedMeta(bool reapply, std::vector<int64_t> size, std::vector<int64_t> stride, int64_t offset)
-      : ViewMeta(/*has_symbolic_inputs=*/false), reapply(reapply), size(std::move(size)), stride(std::move(stride)),
-        offset(offset) {}
+      : reapply(reapply), size(std::move(size)), stride(std::move(stride)), offset(offset) {}
   at::Tensor forward(const at::Tensor& base) override {
-    return reapply ? at::_ops::as_strided::call(base, c10::fromIntArrayRefSlow(size), c10::fromIntArrayRefSlow(stride), offset)
-                   : at::_ops::as_strided_copy::call(base, c10::fromIntArrayRefSlow(size),
-                                                     c10::fromIntArrayRefSlow(stride), offset);
+    return Relayout(reapply ? at::_ops::as_strided::call(base, c10::fromIntArrayRefSlow(size),
+                                                         c10::fromIntArrayRefSlow(stride), offset)
+                            : at::_ops::as_strided_copy::call(base, c10::fromIntArrayRefSlow(size),
+                                                              c10::fromIntArrayRefSlow(stride), offset));
   }
   at::Tensor reverse(const at::Tensor& base, const at::Tensor& mutated) override {
+    if (mutated.numel() > 0 && Overlaps(size, stride)) {
+      at::Tensor map = at::arange(base.numel(), at::kLong).as_strided(size, stride, offset);
+      return OverlapReverse(base, mutated, map);
+    }
     return at::_ops::as_strided_scatter::call(base, mutated, c10::fromIntArrayRefSlow(size),
                                               c10::fromIntArrayRefSlow(stride), offset);
   }
@@ -170,9 +278,15 @@ at::Tensor AsStridedFunctionalize(const at::Tensor& self, c10::SymIntArrayRef si
       [&](bool reapply) { return std::make_shared<AsStridedMeta>(reapply, size, stride, offset); });
 }
 
+enum class OverlapRule {
+  kNone,       // writes into overlapping memory are allowed (fills)
+  kEager,      // eager's check only: no broadcast (stride 0) overlap
+  kReadWrite,  // reads what it writes: no overlap at all (see CheckNoOverlappingWrite)
+};
+
 // ---- Generic meta kernel of in-place ops (see 2. above).
 struct InplaceMeta : c10::OperatorKernel {
-  InplaceMeta(c10::OperatorHandle functional, bool check_overlap)
+  InplaceMeta(c10::OperatorHandle functional, OverlapRule check_overlap)
       : functional_(std::move(functional)), check_overlap_(check_overlap) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     size_t n = op.schema().arguments().size();
@@ -190,11 +304,18 @@ struct InplaceMeta : c10::OperatorKernel {
       Depth() { ++depth; }
       ~Depth() { --depth; }
     } in_meta;
-    if (check_overlap_) {
-      TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
-                  "unsupported operation: more than one element of the written-to tensor refers to a single memory "
-                  "location. Please clone() the tensor before performing the operation.");
+    ClearInplaceResultLayout();
+    if (check_overlap_ != OverlapRule::kNone) {
+      bool accumulate = op.schema().name() == "aten::index_put_" && n > 3 && ivs[3].isBool() && ivs[3].toBool();
+      if (check_overlap_ == OverlapRule::kEager) {
+        TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
+                    "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                    "location. Please clone() the tensor before performing the operation.");
+      } else if (check_overlap_ == OverlapRule::kReadWrite || accumulate) {
+        CheckNoOverlappingWrite(self, op.schema().name());
+      }
     }
+    if (!self.is_non_overlapping_and_dense() && Overlaps(self.sizes(), self.strides())) ExpectInplaceResultLayout(self);
     torch::jit::Stack st(ivs.begin(), ivs.end());
     functional_.callBoxed(st);
     if (!st.empty() && st[0].isTensor()) {
@@ -208,18 +329,28 @@ struct InplaceMeta : c10::OperatorKernel {
     stack->push_back(self);
   }
   c10::OperatorHandle functional_;
-  bool check_overlap_;
+  OverlapRule check_overlap_;
 };
 
 void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>& skip) {
   auto& dispatcher = c10::Dispatcher::singleton();
-  // Ops whose eager kernels allow writing into overlapping memory, or that have their own meta.
-  static const std::set<std::string> no_overlap_check = {"fill_", "zero_", "index_fill_", "masked_fill_"};
+  // Ops whose eager kernels allow writing into overlapping memory (each write's value does not
+  // depend on what is there: the view's reverse recovers them); index_put_ with accumulate=True
+  // reads what is there, and is checked as a read-modify-write.
+  static const std::set<std::string> no_overlap_check = {"fill_", "zero_", "index_fill_", "masked_fill_",
+                                                         "index_put_"};
+  // Writes that eager rejects only for broadcast (stride 0) overlap, and that write values
+  // independent of what is there: the view's reverse recovers them as well.
+  static const std::set<std::string> write_only = {"copy_", "uniform_", "normal_", "bernoulli_", "random_",
+                                                   "exponential_", "geometric_", "cauchy_", "log_normal_",
+                                                   "masked_scatter_", "scatter_"};
   // In-place ops that change metadata: their functional twins legitimately change the shape.
   static const std::set<std::string> metadata_ops = {"resize_", "resize_as_", "resize_as_sparse_", "set_",
                                                      "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
                                                      "swapaxes_", "swapdims_", "detach_", "sparse_resize_",
                                                      "sparse_resize_and_clear_"};
+  std::map<std::string, std::vector<std::string>> overloads;
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) overloads[name.name].push_back(name.overload_name);
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     const std::string& full = name.name;
     if (full.rfind("aten::", 0) != 0 || full.back() != '_' || full.size() < 8) continue;
@@ -228,8 +359,31 @@ void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>
     std::string key = base + (name.overload_name.empty() ? "" : "." + name.overload_name);
     if (skip.count(key) || metadata_ops.count(base)) continue;
     auto inplace = dispatcher.findOp(name);
-    auto functional = dispatcher.findOp({"aten::" + base.substr(0, base.size() - 1), name.overload_name});
-    if (!inplace || !functional) continue;
+    if (!inplace) continue;
+    // The functional twin: the same overload name, or (pow_.Scalar -> pow.Tensor_Scalar) the
+    // overload with the same arguments.
+    std::string fname = "aten::" + base.substr(0, base.size() - 1);
+    auto same_args = [&](const c10::OperatorHandle& cand) {
+      const auto& x = cand.schema().arguments();
+      const auto& y = inplace->schema().arguments();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (x[i].name() != y[i].name() || x[i].type()->str() != y[i].type()->str()) return false;
+      }
+      return true;
+    };
+    auto functional = dispatcher.findOp({fname, name.overload_name});
+    if (!functional || !same_args(*functional)) {
+      functional.reset();
+      for (const std::string& ov : overloads[fname]) {
+        auto cand = dispatcher.findOp({fname, ov});
+        if (cand && same_args(*cand)) {
+          functional = cand;
+          break;
+        }
+      }
+    }
+    if (!functional) continue;
     if (!inplace->hasKernelForDispatchKey(c10::DispatchKey::Meta)) continue;
     if (!functional->hasKernelForDispatchKey(c10::DispatchKey::Meta) &&
         !functional->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
@@ -248,11 +402,26 @@ void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>
     }
     if (functional->schema().returns()[0].type()->kind() != c10::TypeKind::TensorType) continue;
     meta.impl(key.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                               std::make_unique<InplaceMeta>(*functional, !no_overlap_check.count(base))));
+                               std::make_unique<InplaceMeta>(*functional, no_overlap_check.count(base) ? OverlapRule::kNone
+                                                                         : write_only.count(base)
+                                                                             ? OverlapRule::kEager
+                                                                             : OverlapRule::kReadWrite)));
   }
 }
 
 }  // namespace
+
+void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op) {
+  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
+              "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+              "location. Please clone() the tensor before performing the operation.");
+  if (self.is_non_overlapping_and_dense() || !Overlaps(self.sizes(), self.strides())) return;
+  TORCH_CHECK(false, "unsupported operation: ", op,
+              " writes in place into a tensor whose elements overlap in memory (a view such as unfold with "
+              "step < size, or as_strided): eager applies such a write element after element, reading values "
+              "it has just written, so its result depends on its kernel's iteration order. Please clone() the "
+              "tensor before performing the operation.");
+}
 
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   struct Quiet : c10::WarningHandler {

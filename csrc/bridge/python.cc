@@ -15,6 +15,7 @@
 #include "lowering/stablehlo.h"
 #include "python/client_options.h"
 #include "ops/op_table.h"
+#include "util/host_pool.h"
 #include "util/metrics.h"
 
 namespace py = pybind11;
@@ -237,6 +238,20 @@ PYBIND11_MODULE(_C, m) {
       graph::SyncTensors(nullptr, o);
     }
   }, py::arg("tensors") = py::none(), py::arg("wait") = false, py::arg("name") = "");
+  // Host collectives: a CPU tensor whose memory comes from the staging pool and goes back to it
+  // when the last holder (the tensor, or the device buffer that adopted it) lets go.
+  m.def("_pooled_empty", [](int64_t numel, at::ScalarType st) {
+    size_t bytes = static_cast<size_t>(numel) * c10::elementSize(st);
+    void* p = util::HostPoolAcquire(bytes);
+    return at::from_blob(p, {numel}, [bytes](void* q) { util::HostPoolRelease(q, bytes); },
+                         at::TensorOptions().dtype(st).device(at::kCPU));
+  }, py::arg("numel"), py::arg("dtype"));
+  m.def("_pool_stats", []() {
+    py::dict d;
+    d["free_bytes"] = util::HostPoolFreeBytes();
+    d["hits"] = util::HostPoolHits();
+    return d;
+  });
   // Host collectives: read an XLA tensor into an existing contiguous CPU tensor (a reused staging
   // buffer, so large reads do not pay for a fresh allocation each time).
   m.def("_to_host_into", [](const at::Tensor& t, at::Tensor& out) {

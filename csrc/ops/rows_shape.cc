@@ -239,7 +239,13 @@ void AddShapeRows(std::vector<OpRow>& rows) {
     Value x = a.V(0), idx = a.V(2);
     int64_t dim = ir::NormalizeDim(a.Int(1), x.rank());
     if (x.rank() == 0) return {x};
-    CheckIndexRange(idx, 0, x.dims()[dim], "index_select(): index out of range in self", a.device);
+    if (dim == 1 && x.rank() > 1) {  // eager's CPU kernel for dim 1 raises RuntimeError, not IndexError
+      CheckIndexRange(idx, 0, x.dims()[dim],
+                      "index_select(): INDICES element is out of DATA bounds, axis_dim=" + std::to_string(x.dims()[dim]),
+                      a.device, std::nullopt, /*runtime_error=*/true);
+    } else {
+      CheckIndexRange(idx, 0, x.dims()[dim], "index_select(): index out of range in self", a.device);
+    }
     Value i1 = ir::Reshape(Cast(idx, DType::kS64), {idx.shape().numel(), 1});
     std::vector<int64_t> sizes = x.dims();
     sizes[dim] = 1;

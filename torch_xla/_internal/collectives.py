@@ -172,19 +172,12 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t if device.type == "cpu" else t.to(device)
 
 
-_staging: Dict[torch.dtype, torch.Tensor] = {}
-_staging_lock = threading.Lock()
-
-
 def _staging_buffer(dtype: torch.dtype, numel: int) -> torch.Tensor:
-    """A reused host buffer of at least ``numel`` elements (one per dtype, grown on demand): large
-    reads then skip a fresh allocation's page faults. Safe to reuse: results are uploaded (copied)
-    to the device before a collective returns."""
-    with _staging_lock:
-        buf = _staging.get(dtype)
-        if buf is None or buf.numel() < numel:
-            buf = _staging[dtype] = torch.empty(numel, dtype=dtype)
-        return buf[:numel]
+    """A host buffer from the staging pool (csrc/util/host_pool.cc): its memory goes back to the
+    pool when the last holder lets go (this tensor, or the device buffer that adopted it), so the
+    next collective of the same size reads into memory that is already mapped."""
+    from torch_xla import _C
+    return _C._pooled_empty(numel, dtype)
 
 
 def _stage_flat(tensors: Sequence[torch.Tensor], scratch: bool = True):
@@ -221,18 +214,13 @@ def _stage_flat(tensors: Sequence[torch.Tensor], scratch: bool = True):
 
 
 def _upload_owned(flat: torch.Tensor, device) -> torch.Tensor:
-    """``flat`` (a contiguous CPU tensor nobody else holds) on ``device``. On XLA the device buffer
-    takes over its memory (no copy on the CPU plugin): it is dropped from the staging cache first,
-    so it is never written again."""
+    """``flat`` (a contiguous CPU tensor nobody else holds, never written again) on ``device``. On
+    XLA the device buffer takes over its memory (no copy on the CPU plugin)."""
     if device.type == "cpu":
         return flat.clone()
     if device.type != "xla" or os.environ.get("TORCH_XLA_COLLECTIVE_ZERO_COPY", "1") == "0":
         return flat.to(device)
     from torch_xla import _C
-    with _staging_lock:
-        for dt, buf in list(_staging.items()):
-            if buf.data_ptr() == flat.data_ptr():
-                del _staging[dt]
     return _C._from_cpu_adopt(flat, device.index or 0)
 
 
