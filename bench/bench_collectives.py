@@ -1,6 +1,6 @@
 """Host collectives between processes on XLA:CPU.
 
-  .venv/bin/python bench/bench_collectives.py
+  .venv/bin/python bench/bench_collectives.py [--runs 3] [--no-dp]
 
 1. all_reduce (sum) of 1, 16 and 64 MB of float32 between 2 processes: xm.all_reduce on an XLA
    tensor (read to the host, gloo, back to the device) vs plain torch.distributed gloo
@@ -35,7 +35,7 @@ def _allreduce_fn(index, out):
     dist.init_process_group("gloo")  # the same TCPStore (xmp.spawn's), a separate gloo group
     dev = torch_xla.device()
     rows = []
-    for mb, iters in ((1, 30), (16, 15), (64, 6)):
+    for mb, iters in ((1, 40), (16, 25), (64, 8)):
         n = mb * 1024 * 1024 // 4
         cpu = torch.rand(n)
         x = cpu.to(dev)
@@ -116,13 +116,27 @@ if __name__ == "__main__":
     import tempfile
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     tmp = tempfile.mkdtemp()
-    print("all_reduce sum, float32, 2 processes (median ms)")
-    print(f"{'size':>6} {'xm.all_reduce':>14} {'gloo on CPU':>12} {'ratio':>6}")
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3, help="all_reduce runs (fresh process pairs)")
+    ap.add_argument("--no-dp", action="store_true", help="skip the data-parallel step")
+    opts = ap.parse_args()
+    print(f"all_reduce sum, float32, 2 processes (median ms of each run; {opts.runs} runs, ratio: median [min-max])")
+    print(f"{'size':>6} {'xm.all_reduce':>14} {'gloo on CPU':>12} {'ratio':>22}")
     import bench_collectives as me  # picklable functions for the children
-    rows = _run(me._allreduce_fn, 2, os.path.join(tmp, "ar.txt"))
-    for i in range(0, len(rows), 3):
-        mb, ours, plain = (float(v) for v in rows[i:i + 3])
-        print(f"{int(mb):>4}MB {ours:>14.2f} {plain:>12.2f} {ours / plain:>6.2f}x")
+    per_size = {}
+    for run in range(opts.runs):
+        rows = _run(me._allreduce_fn, 2, os.path.join(tmp, "ar.txt"))
+        for i in range(0, len(rows), 3):
+            mb, ours, plain = (float(v) for v in rows[i:i + 3])
+            per_size.setdefault(int(mb), []).append((ours, plain))
+    for mb, runs in per_size.items():
+        ratios = sorted(o / p for o, p in runs)
+        ours = statistics.median(o for o, _ in runs)
+        plain = statistics.median(p for _, p in runs)
+        print(f"{mb:>4}MB {ours:>14.2f} {plain:>12.2f} {statistics.median(ratios):>9.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]")
+    if opts.no_dp:
+        sys.exit(0)
     print("\ndata-parallel step, MLP 256-1024-1024-10 (1.3 M params), batch 64/process, SGD (median ms)")
     print(f"{'procs':>5} {'step':>8} {'all-reduce':>11} {'share':>6}")
     for n in (2, 4, 1):  # 1 last: it runs in this process and starts its runtime
