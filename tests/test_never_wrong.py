@@ -85,6 +85,7 @@ OVERLAP_CASES = {
     "unfold_setitem_one": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: v.__setitem__((1, 0), 100.0)),
     "as_strided_fill": _overlap_case(lambda b: b.as_strided((3, 2), (1, 1)), lambda v, d: v.fill_(3)),
     "unfold_no_overlap_mul": _overlap_case(lambda b: b.unfold(0, 2, 3), lambda v, d: v.mul_(10)),
+    "expand_row_copy": lambda d: _expand_row_copy(d),
     "unfold_fill_twice": _overlap_case(lambda b: b.unfold(0, 3, 1), lambda v, d: (v.fill_(2), v[0].fill_(5))),
 }
 
@@ -105,6 +106,13 @@ def _expand_slice_zero(d):
     b = torch.arange(1.0, 3.0, device=d)
     b.view(2, 1).expand(2, 3)[:, 1:].zero_()
     return b
+
+
+def _expand_row_copy(d):
+    b = torch.arange(4.0, device=d)
+    e = b.expand(3, 4)
+    e[2].copy_(torch.tensor([-1.0, -0.0, 7.0, 8.0], device=d))
+    return torch.stack([b, e[0]])
 
 
 def _expand_row_add(d):
@@ -274,6 +282,7 @@ ERRORS = {
     "int_negative_power": (_int_neg_pow, RuntimeError),
     "inplace_result_cast": (_inplace_int_div, RuntimeError),
     # eager's index_select raises RuntimeError along dim 1 of a tensor of rank >= 2, IndexError otherwise
+    "copy_into_expand": (lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)), RuntimeError),
     "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
         1, torch.tensor([0, 5], device=d)), RuntimeError),
     "index_select_dim1_int64": (lambda d: torch.ones(1, 1, dtype=torch.long, device=d).index_select(

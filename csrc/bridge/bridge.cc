@@ -3,6 +3,7 @@
 #include "bridge/bridge.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -337,6 +338,13 @@ class RowKernel : public c10::OperatorKernel {
     });
     size_t n = schema.arguments().size();
     auto ivs = torch::jit::last(*stack, n);
+    if (allow_cpu_tensors_ && n > 0 && ivs[0].isTensor()) {
+      // copy is what functionalization runs for copy_: an inner value with a broadcast (stride 0)
+      // layout is an expand view's, which eager refuses to copy into.
+      TORCH_CHECK(at::has_internal_overlap(ivs[0].toTensor()) != at::MemOverlap::Yes,
+                  "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                  "location. Please clone() the tensor before performing the operation.");
+    }
     ops::OpArgs args;
     args.op_name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
     args.args.resize(n);
