@@ -185,6 +185,21 @@ def collectives_worker(index, out_dir):
     wsum = sum(torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) * (k + 1) for k in ranks)
     _eq(x.grad, wsum[2 * me:2 * me + 2], "functions.all_gather grad")
     _eq(y.detach(), torch.cat([_base(k, torch.float32, (2, 3)) * 0.5 for k in ranks]), "functions.all_gather value")
+    # autograd all_reduce (PyTorch/XLA's convention: the local gradient, scaled)
+    x = (_base(me, torch.float32, (2, 3)) + 1).to(dev).requires_grad_()
+    y = xf.all_reduce(xm.REDUCE_SUM, x, scale=0.5)
+    (y * (me + 1)).sum().backward()
+    _eq(y.detach(), sum(_base(k, torch.float32, (2, 3)) + 1 for k in ranks) * 0.5, "functions.all_reduce value")
+    _eq(x.grad, torch.full((2, 3), 0.5 * (me + 1)), "functions.all_reduce grad")
+    x = (_base(me, torch.float32, (2, 3)) + 1).to(dev).requires_grad_()
+    xf.all_reduce(xm.REDUCE_MAX, x).sum().backward()
+    cpu_max = torch.stack([_base(k, torch.float32, (2, 3)) + 1 for k in ranks]).amax(0)
+    _eq(x.grad, ((_base(me, torch.float32, (2, 3)) + 1) == cpu_max).float(), "functions.all_reduce max grad")
+    x = (_base(me, torch.float32, (2, 3)) - 2).to(dev).requires_grad_()  # holds zeros
+    xf.all_reduce(xm.REDUCE_MUL, x, scale=2.0).sum().backward()
+    vals = [_base(k, torch.float32, (2, 3)) - 2 for k in ranks]
+    others = torch.stack([v for k, v in zip(ranks, vals) if k != me]).prod(0)
+    _eq(x.grad, 2.0 * others, "functions.all_reduce mul grad")
 
     # ---- bad groups ----
     for bad in ([[0, 1]] if n == 4 else [[0]], [[0, n]] + [[k] for k in range(1, n)], [ranks + [0]]):

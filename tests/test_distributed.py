@@ -196,6 +196,11 @@ def test_single_process_collectives_are_identities():
     y = x.clone().requires_grad_()
     xf.all_gather(y).sum().backward()
     torch.testing.assert_close(y.grad.cpu(), torch.ones(2, 3))
+    y = x.clone().requires_grad_()
+    r = xf.all_reduce(xm.REDUCE_MUL, y, scale=2.0)
+    (r * 3).sum().backward()
+    torch.testing.assert_close(r.detach().cpu(), x.cpu() * 2)
+    torch.testing.assert_close(y.grad.cpu(), torch.full((2, 3), 6.0))
     for bad in ([[0, 1]], [[1]], [[0], [0]], [[]]):
         with pytest.raises(ValueError):
             xm.all_reduce("sum", x, groups=bad)

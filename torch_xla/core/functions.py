@@ -76,3 +76,48 @@ def all_gather(value: torch.Tensor, dim: int = 0, groups=None) -> torch.Tensor:
     """xm.all_gather that autograd differentiates: the backward gives each rank its slice of the
     gradient summed over the group."""
     return _AllGather.apply(value, dim, groups)
+
+
+class _AllReduce(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, value, reduce_type, scale, groups):
+        ctx.reduce_type = reduce_type
+        ctx.scale = scale
+        ctx.groups = groups
+        out = xm.all_reduce(reduce_type, value, scale=scale, groups=groups)
+        ctx.save_for_backward(value, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # PyTorch/XLA's convention: the gradient of this rank's output with respect to this rank's
+        # input (no exchange of gradients here; data-parallel training all-reduces the parameters'
+        # gradients afterwards).
+        value, out = ctx.saved_tensors
+        grad = grad_output * ctx.scale if ctx.scale != 1.0 else grad_output
+        if ctx.reduce_type == xm.REDUCE_SUM:
+            return grad, None, None, None
+        if ctx.reduce_type == xm.REDUCE_MUL:
+            # out = scale * prod(inputs): d out / d value = scale * the product of the others' inputs
+            # (gathered: out / value would be NaN where value is 0)
+            from torch_xla._internal import world
+            members = list(world.my_group(ctx.groups))
+            i = members.index(world.rank())
+            if len(members) == 1:
+                return grad, None, None, None
+            every = xm.all_gather(value.detach().unsqueeze(0), dim=0, groups=ctx.groups)
+            others = torch.cat([every[:i], every[i + 1:]]).prod(0)
+            return grad * others, None, None, None
+        if ctx.reduce_type in (xm.REDUCE_MIN, xm.REDUCE_MAX):
+            return grad * (value == out).to(grad.dtype), None, None, None
+        raise RuntimeError(f"functions.all_reduce: {ctx.reduce_type!r} has no gradient")
+
+
+def all_reduce(reduce_type: str, value: torch.Tensor, scale: float = 1.0, groups=None) -> torch.Tensor:
+    """xm.all_reduce of one tensor that autograd differentiates (as PyTorch/XLA's: the backward
+    gives each rank the gradient of its own output with respect to its input: ``scale`` times the
+    output gradient for sum, times the product of the other ranks' inputs for mul, masked to
+    where the input holds the result for min and max)."""
+    _check(value, "all_reduce")
+    return _AllReduce.apply(value, reduce_type, scale, groups)
