@@ -184,6 +184,16 @@ CASES = {
                                             torch.tensor([2.0, 2.0, -2.5, 3.0, 0.0], device=d), rounding_mode="floor"),
     "empty_index_select": lambda d: torch.zeros(2, 0, device=d).index_select(1, torch.tensor([], dtype=torch.long, device=d)),
     "scalar_floordiv_tensor": lambda d: 7 // torch.arange(1, 4, device=d),
+    # eager's integer zero-division checks run per element: nothing to divide, nothing raised
+    "empty_int_remainder_by_zero": lambda d: torch.tensor([], dtype=torch.long, device=d) % 0,
+    "empty_int_fmod_by_zero_tensor": lambda d: torch.fmod(torch.zeros(0, 2, dtype=torch.long, device=d),
+                                                          torch.zeros(2, dtype=torch.long, device=d)),
+    "empty_int_floordiv_by_zero": lambda d: torch.tensor([], dtype=torch.long, device=d) // 0,
+    "empty_take_along_dim": lambda d: torch.take_along_dim(torch.zeros(0, device=d),
+                                                           torch.tensor([], dtype=torch.long, device=d), 0),
+    # argmin/argmax over a non-empty dimension of a tensor empty elsewhere: an empty result
+    "argmin_empty_other_dim": lambda d: torch.zeros(0, 1, 5, 3, dtype=torch.int32, device=d).argmin(3, keepdim=True),
+    "argmax_empty_other_dim": lambda d: torch.zeros(0, 3, device=d).argmax(1),
 }
 
 
@@ -282,6 +292,8 @@ ERRORS = {
     "int_negative_power": (_int_neg_pow, RuntimeError),
     "inplace_result_cast": (_inplace_int_div, RuntimeError),
     # eager's index_select raises RuntimeError along dim 1 of a tensor of rank >= 2, IndexError otherwise
+    "argmin_empty_reduced_dim": (lambda d: torch.zeros(0, 3, device=d).argmin(0), IndexError),
+    "argmax_empty_no_dim": (lambda d: torch.zeros(0, 3, device=d).argmax(), IndexError),
     "copy_into_expand": (lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)), RuntimeError),
     "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
         1, torch.tensor([0, 5], device=d)), RuntimeError),

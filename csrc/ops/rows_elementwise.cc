@@ -126,7 +126,7 @@ V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mo
   }
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
-    CheckNonZeroDivisor(y, a.device);
+    if (ProductOf(BroadcastShapes(x.dims(), y.dims())) > 0) CheckNonZeroDivisor(y, a.device);  // per element, as eager
     if (*mode == "trunc") return {Bin(Op::kDiv, x, y)};
     return {FloorDivInt(x, y)};
   }

@@ -516,11 +516,11 @@ OpFn FmodLike(bool python_remainder, bool scalar) {
     const TensorArg& self = a.T(0);
     DType t = scalar ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
     Value x = Cast(self.v, t), y = scalar ? ScalarV(a.S(1), t, a.device) : Cast(a.V(1), t);
-    if (ir::IsIntegral(t, true)) {
+    auto dims = BroadcastShapes(x.dims(), y.dims());
+    if (ir::IsIntegral(t, true) && ProductOf(dims) > 0) {  // eager's check runs per element
       if (scalar && a.S(1).AsDouble() == 0) a.Fail("ZeroDivisionError");
       if (!scalar) CheckNonZeroDivisor(y, a.device);
     }
-    auto dims = BroadcastShapes(x.dims(), y.dims());
     x = BroadcastTo(x, dims);
     y = BroadcastTo(y, dims);
     Value r = ir::Binary(Op::kRem, x, y);

@@ -43,7 +43,7 @@ V ArgMinMax(const OpArgs& a, ir::ArgKind kind) {
   Value x = a.V(0);
   auto dim = a.OptInt(1);
   bool keepdim = a.Bool(2);
-  if (x.shape().numel() == 0) throw IndexError("Expected reduction dim to be specified for input.numel() == 0.");
+  if (!dim && x.shape().numel() == 0) throw IndexError("Expected reduction dim to be specified for input.numel() == 0.");
   if (!dim) {
     Value flat = ir::Reshape(x, {x.shape().numel()});
     Value idx = ir::ArgReduce(kind, flat, 0).second;
@@ -52,6 +52,13 @@ V ArgMinMax(const OpArgs& a, ir::ArgKind kind) {
   }
   if (x.rank() == 0) return {ir::ConstantInt(0, DType::kS64)};
   int64_t d = ir::NormalizeDim(*dim, x.rank());
+  if (x.dims()[d] == 0) throw IndexError("Expected reduction dim " + std::to_string(d) + " to have non-zero size.");
+  if (x.shape().numel() == 0) {  // another dimension is empty: an empty result
+    std::vector<int64_t> dims = x.dims();
+    if (keepdim) dims[d] = 1;
+    else dims.erase(dims.begin() + d);
+    return {ir::Full(0, ir::Shape(DType::kS64, dims))};
+  }
   Value idx = ir::ArgReduce(kind, x, d).second;
   return {keepdim ? KeepDims(idx, x.dims(), {d}) : idx};
 }
