@@ -122,6 +122,24 @@ def _expand_row_add(d):
     return torch.stack([b, e[2]])
 
 
+_OUT_OF_RANGE = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e20, 2.7, -2.7, 300.0, -129.0, 1000.5,
+                 -70000.0, -2147483648.0, 65504.0]
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dst", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+def test_float_to_int_casts_out_of_range_as_eager(src, dst):
+    """Out-of-range float -> int conversions: eager gives what x86's conversion instructions give
+    (INT64_MIN/INT32_MIN for NaN, inf and too-large values; narrower types wrap through int32),
+    XLA saturates: we give eager's values (also through cumsum's dtype= and sums)."""
+    x = torch.tensor(_OUT_OF_RANGE).to(src)
+    ref = x.to(dst)
+    got = x.to(DEV).to(dst).cpu()
+    assert torch.equal(ref, got), f"{src}->{dst}: eager {ref.tolist()} vs xla {got.tolist()}"
+    if dst == torch.int64:
+        torch.testing.assert_close(x.to(DEV).cumsum(0, dtype=dst).cpu(), x.cumsum(0, dtype=dst), rtol=0, atol=0)
+
+
 @pytest.mark.filterwarnings("ignore:Use of .* on expanded tensors is deprecated")
 @pytest.mark.parametrize("name", list(OVERLAP_CASES))
 def test_writes_through_overlapping_views_match_eager(name):

@@ -225,7 +225,23 @@ Value Cast(const Value& x, DType t) {
   if (x.dtype() == t) return x;
   if (t == DType::kPred) return ir::Compare(ir::CompareDir::kNE, x, ir::Full(0, x.shape()));
   if (ir::IsIntegral(t, false) && ir::IsFloating(x.dtype())) {
-    // C-style truncation toward zero, as eager.
+    // C-style truncation toward zero, as eager. Out of range (NaN, inf, too large), eager's CPU
+    // kernels give what the x86 conversion instructions give: the "integer indefinite" value
+    // (INT64_MIN for int64, INT32_MIN for int32), and the narrower types convert through int32 and
+    // keep its low bits (int8(300.) == 44, uint8(-2.7) == 254). XLA saturates instead.
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+    if (t == DType::kS64 || t == DType::kS32 || t == DType::kS16 || t == DType::kS8 || t == DType::kU8) {
+      DType wide = t == DType::kS64 ? DType::kS64 : DType::kS32;
+      double lim = t == DType::kS64 ? 9223372036854775808.0 : 2147483648.0;  // 2^63, 2^31: exact
+      // In range: -lim <= x < lim (NaN fails both; values in (-lim - 1, -lim) truncate to -lim,
+      // which is also the indefinite value, so the boundary needs no truncation).
+      Value ok = ir::Binary(Op::kAnd, ir::Compare(ir::CompareDir::kGE, x, ir::Full(-lim, x.shape())),
+                            ir::Compare(ir::CompareDir::kLT, x, ir::Full(lim, x.shape())));
+      int64_t indefinite = wide == DType::kS64 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int32_t>::min();
+      Value v = ir::Select(ok, ir::Convert(x, wide), ir::BroadcastInDim(ir::ConstantInt(indefinite, wide), x.dims(), {}));
+      return wide == t ? v : ir::Convert(v, t);  // integer narrowing keeps the low bits
+    }
+#endif
     return ir::Convert(x, t);
   }
   if (x.dtype() == DType::kPred && ir::IsFloating(t)) {
