@@ -312,6 +312,10 @@ ERRORS = {
     # eager's index_select raises RuntimeError along dim 1 of a tensor of rank >= 2, IndexError otherwise
     "argmin_empty_reduced_dim": (lambda d: torch.zeros(0, 3, device=d).argmin(0), IndexError),
     "argmax_empty_no_dim": (lambda d: torch.zeros(0, 3, device=d).argmax(), IndexError),
+    "masked_fill_nan_into_long": (lambda d: torch.zeros(3, dtype=torch.long, device=d).masked_fill_(
+        torch.tensor([True, False, True], device=d), float("nan")), RuntimeError),
+    "index_fill_overflow_uint8": (lambda d: torch.zeros(3, dtype=torch.uint8, device=d).index_fill_(
+        0, torch.tensor([1], device=d), 300), RuntimeError),
     "copy_into_expand": (lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)), RuntimeError),
     "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
         1, torch.tensor([0, 5], device=d)), RuntimeError),

@@ -14,6 +14,7 @@
 //    internal overlap. We replace the Meta kernel of in-place ops whose functional twin has the same
 //    arguments: run the functional op's meta, then check shape, dtype and overlap as eager does.
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -286,8 +287,8 @@ enum class OverlapRule {
 
 // ---- Generic meta kernel of in-place ops (see 2. above).
 struct InplaceMeta : c10::OperatorKernel {
-  InplaceMeta(c10::OperatorHandle functional, OverlapRule check_overlap)
-      : functional_(std::move(functional)), check_overlap_(check_overlap) {}
+  InplaceMeta(c10::OperatorHandle functional, OverlapRule check_overlap, bool check_fill_value)
+      : functional_(std::move(functional)), check_overlap_(check_overlap), check_fill_value_(check_fill_value) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     size_t n = op.schema().arguments().size();
     auto ivs = torch::jit::last(*stack, n);
@@ -305,6 +306,18 @@ struct InplaceMeta : c10::OperatorKernel {
       ~Depth() { --depth; }
     } in_meta;
     ClearInplaceResultLayout();
+    if (check_fill_value_) {
+      // masked_fill_/index_fill_ convert their value to self's dtype first (eager: RuntimeError
+      // "value cannot be converted to type int64_t without overflow"; torch's Python meta raised
+      // ValueError for NaN into integers).
+      const auto& args = op.schema().arguments();
+      for (size_t i = 1; i < n; ++i) {
+        if (args[i].name() != "value" || !ivs[i].isScalar()) continue;
+        c10::Scalar v = ivs[i].toScalar();
+        AT_DISPATCH_V2(self.scalar_type(), "fill_value_check", AT_WRAP([&] { (void)v.to<scalar_t>(); }),
+                       AT_EXPAND(AT_ALL_TYPES), at::kHalf, at::kBFloat16, at::kBool);
+      }
+    }
     if (check_overlap_ != OverlapRule::kNone) {
       bool accumulate = op.schema().name() == "aten::index_put_" && n > 3 && ivs[3].isBool() && ivs[3].toBool();
       if (check_overlap_ == OverlapRule::kEager) {
@@ -330,6 +343,7 @@ struct InplaceMeta : c10::OperatorKernel {
   }
   c10::OperatorHandle functional_;
   OverlapRule check_overlap_;
+  bool check_fill_value_;
 };
 
 void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>& skip) {
@@ -405,7 +419,8 @@ void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>
                                std::make_unique<InplaceMeta>(*functional, no_overlap_check.count(base) ? OverlapRule::kNone
                                                                          : write_only.count(base)
                                                                              ? OverlapRule::kEager
-                                                                             : OverlapRule::kReadWrite)));
+                                                                             : OverlapRule::kReadWrite,
+                                                     base == "masked_fill_" || base == "index_fill_")));
   }
 }
 
