@@ -316,6 +316,13 @@ ERRORS = {
         torch.tensor([True, False, True], device=d), float("nan")), RuntimeError),
     "index_fill_overflow_uint8": (lambda d: torch.zeros(3, dtype=torch.uint8, device=d).index_fill_(
         0, torch.tensor([1], device=d), 300), RuntimeError),
+    "dot_empty_bool": (lambda d: torch.dot(torch.zeros(0, dtype=torch.bool, device=d),
+                                           torch.zeros(0, dtype=torch.bool, device=d)), NotImplementedError),
+    "fmod_bool": (lambda d: torch.fmod(torch.ones(3, dtype=torch.bool, device=d),
+                                       torch.ones(3, dtype=torch.bool, device=d)), NotImplementedError),
+    "fmod_bool_scalar": (lambda d: torch.fmod(torch.ones(3, dtype=torch.bool, device=d), True), NotImplementedError),
+    "remainder_bool": (lambda d: torch.remainder(torch.ones(3, dtype=torch.bool, device=d),
+                                                 torch.ones(3, dtype=torch.bool, device=d)), NotImplementedError),
     "copy_into_expand": (lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)), RuntimeError),
     "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
         1, torch.tensor([0, 5], device=d)), RuntimeError),

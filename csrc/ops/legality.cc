@@ -213,7 +213,19 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"argmax", NoBoolRuntime("argmax(): does not support bool input")},
       {"argmin", NoBoolRuntime("argmin(): does not support bool input")},
       {"abs", NoBool("abs_cpu")},
-      {"dot", NoBoolProduct("dot", {0, 1})},
+      {"dot", NoBool("dot")},  // eager checks dot's dtype even for empty vectors
+      {"fmod.Tensor", [](OpArgs& a) {
+         if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("fmod_cpu", DType::kPred);
+       }},
+      {"fmod.Scalar", [](OpArgs& a) {
+         if (ResultType({&a.T(0)}, {&a.S(1)}) == DType::kPred) NotImpl("fmod_cpu", DType::kPred);
+       }},
+      {"remainder.Tensor", [](OpArgs& a) {
+         if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("remainder_cpu", DType::kPred);
+       }},
+      {"remainder.Scalar", [](OpArgs& a) {
+         if (ResultType({&a.T(0)}, {&a.S(1)}) == DType::kPred) NotImpl("remainder_cpu", DType::kPred);
+       }},
       {"mm", NoBoolProduct("addmm_impl_cpu_", {0, 1})},
       {"addmm", NoBoolProduct("addmm_impl_cpu_", {1, 2})},
       {"bmm", NoBoolProduct("bmm", {0, 1})},
