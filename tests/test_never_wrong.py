@@ -323,6 +323,8 @@ ERRORS = {
     "fmod_bool_scalar": (lambda d: torch.fmod(torch.ones(3, dtype=torch.bool, device=d), True), NotImplementedError),
     "remainder_bool": (lambda d: torch.remainder(torch.ones(3, dtype=torch.bool, device=d),
                                                  torch.ones(3, dtype=torch.bool, device=d)), NotImplementedError),
+    "amin_empty_no_dim": (lambda d: torch.zeros(5, 0, 2, device=d).amin(), RuntimeError),
+    "amax_empty_dim_1": (lambda d: torch.zeros(5, 0, 2, device=d).amax(1), IndexError),
     "copy_into_expand": (lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)), RuntimeError),
     "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
         1, torch.tensor([0, 5], device=d)), RuntimeError),

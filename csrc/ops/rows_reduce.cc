@@ -132,10 +132,18 @@ void AddReductionRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"amax", [](OpArgs& a) -> V {
     Value x = a.V(0);
+    auto d = a.OptInts(1);
+    if ((!d || d->empty()) && x.shape().numel() == 0) {
+      a.Fail("amax(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+    }
     return {MinMax(ir::ReduceKind::kMax, x, DimsOrAll(a, 1, x), a.Bool(2))};
   }});
   rows.push_back({"amin", [](OpArgs& a) -> V {
     Value x = a.V(0);
+    auto d = a.OptInts(1);
+    if ((!d || d->empty()) && x.shape().numel() == 0) {
+      a.Fail("amin(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+    }
     return {MinMax(ir::ReduceKind::kMin, x, DimsOrAll(a, 1, x), a.Bool(2))};
   }});
   rows.push_back({"max.dim", [](OpArgs& a) -> V { return MinMaxDim(a, ir::ArgKind::kArgMax); }});
