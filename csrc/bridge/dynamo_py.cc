@@ -26,6 +26,7 @@ struct ArgLayout {
 graph::TensorPtr XlaOrNull(PyObject* o) {
   if (!THPVariable_Check(o)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(o);
+  if (!t.defined() || t.device().type() != c10::DeviceType::XLA) return nullptr;  // no exception per CPU input
   try {
     return bridge::XlaFromUser(t);
   } catch (const std::invalid_argument&) {
