@@ -304,6 +304,30 @@ def test_input_mutation_is_written_back():
     torch.testing.assert_close(view.cpu(), buf_cpu[1:])
 
 
+def test_written_back_tensor_viewed_and_mutated_afterwards():
+    """A tensor written by compiled calls (no views: the inner value is replaced directly), then
+    viewed and mutated through the view lazily, then written by a compiled call again."""
+    def f(x, buf):
+        buf.add_(x)
+        return buf * 2
+
+    cf = torch.compile(f, backend="openxla_eval")
+    x = torch.arange(4.0)
+    buf, ref = torch.zeros(4, device=DEV), torch.zeros(4)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x.to(DEV), buf).cpu(), f(x, ref))
+    torch.testing.assert_close(buf.cpu(), ref)
+    view, ref_view = buf[1:3], ref[1:3]
+    view.mul_(10)
+    ref_view.mul_(10)
+    torch_xla.sync()
+    torch.testing.assert_close(buf.cpu(), ref)
+    for _ in range(2):
+        torch.testing.assert_close(cf(x.to(DEV), buf).cpu(), f(x, ref))
+    torch.testing.assert_close(buf.cpu(), ref)
+    torch.testing.assert_close(view.cpu(), ref_view)
+
+
 def test_lazy_inputs_are_synced_and_counted():
     cf = torch.compile(lambda a, b: a @ b + 1, backend="openxla_eval")
     a, b = torch.randn(4, 4), torch.randn(4, 4)
