@@ -20,6 +20,7 @@ under ``PT_XLA_DEBUG=1``.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -436,7 +437,8 @@ def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args):
     _met.increment_counter("DynamoGraphs", 1)
     cpu = _cpu_nodes(xla_model, xla_args)
     n_ops = sum(n.op != "placeholder" for n in cpu)
-    if (n_ops or len(cpu) > 1) and _packable(xla_model, cpu, xla_args):
+    if (n_ops or len(cpu) > 1) and os.environ.get("XLA_DYNAMO_PACK_CPU_SCALARS", "1") != "0" \
+            and _packable(xla_model, cpu, xla_args):
         n_in = sum(n.op == "placeholder" for n in cpu)
         _debug(f"dynamo graph '{name}': {n_in} CPU scalar inputs are uploaded as one tensor per call"
                + (f" and {n_ops} ops on them run in the device graph" if n_ops else ""))
