@@ -9,6 +9,8 @@ Each configuration runs in a fresh process.
 - host ms/step (pipelined): the same span inside a loop that never waits (on a 2-core machine the
   device's threads compete with the host for the cores).
 - step ms: wall time per step of the pipelined loop, until the last loss is read.
+- cpu ms: CPU time of the whole process (every thread: host and XLA:CPU's compute) per step of
+  the idle-device loop; less sensitive to other jobs on the machine than wall time.
 - lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. With buffer donation, the XLA:CPU plugin runs
   the step synchronously inside the launch, so the lazy path's host time includes the execution.
 
@@ -78,6 +80,7 @@ first_loss = loss.item()
 
 # idle-device host time
 host_idle = []
+p0 = time.process_time()
 for _ in range(steps):
     wait()
     h0 = time.perf_counter()
@@ -85,6 +88,7 @@ for _ in range(steps):
     host_idle.append(time.perf_counter() - h0)
 loss.item()
 wait()
+cpu_ms = (time.process_time() - p0) / steps * 1e3
 if xla:
     c0 = {{n: met.counter_value(n) for n in met.counter_names()}}
 # pipelined loop
@@ -97,7 +101,7 @@ for _ in range(steps):
 last = loss.item()
 step_ms = (time.perf_counter() - t0) / steps * 1e3
 out = {{"host_idle_ms": sorted(host_idle)[len(host_idle) // 2] * 1e3,
-       "host_ms": sorted(host)[len(host) // 2] * 1e3, "step_ms": step_ms, "warmup_s": warm_s, "loss": last}}
+       "host_ms": sorted(host)[len(host) // 2] * 1e3, "step_ms": step_ms, "cpu_ms": cpu_ms, "warmup_s": warm_s, "loss": last}}
 if xla:
     c1 = {{n: met.counter_value(n) for n in met.counter_names()}}
     moved = {{n: v - c0.get(n, 0) for n, v in c1.items() if n.startswith(("xla::", "aten::")) and v != c0.get(n, 0)}}
@@ -156,22 +160,22 @@ def main():
             results[label] = rs[-1]
             continue
         r = dict(ok[len(ok) // 2])
-        for k in ("host_idle_ms", "host_ms", "step_ms"):
+        for k in ("host_idle_ms", "host_ms", "step_ms", "cpu_ms"):
             v = sorted(x[k] for x in ok)
             r[k] = v[len(v) // 2]
             r[k + "_range"] = [v[0], v[-1]]
         results[label] = r
     print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host ms (pipe)':>15s} {'step ms':>9s} "
-          f"{'warm-up s':>10s} {'ops/step':>9s}")
+          f"{'cpu ms':>8s} {'warm-up s':>10s} {'ops/step':>9s}")
     for label, r in results.items():
         if "error" in r:
             print(f"{label:36s} failed: {r['error']}")
             continue
         ops = r.get("ops_traced_per_step")
-        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['warmup_s']:10.1f} "
+        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['cpu_ms']:8.2f} {r['warmup_s']:10.1f} "
               f"{'' if ops is None else f'{ops:9.0f}'}")
         if a.repeat > 1:
-            rng = "  ".join(f"{r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f}" for k in ("host_idle_ms", "host_ms", "step_ms"))
+            rng = "  ".join(f"{r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f}" for k in ("host_idle_ms", "host_ms", "step_ms", "cpu_ms"))
             print(f"{'':36s} range over {a.repeat} runs: {rng}")
     comp = results.get("torch.compile openxla (XLA:CPU)")
     for lname in ("lazy (XLA:CPU)", "lazy, no donation (XLA:CPU)"):
