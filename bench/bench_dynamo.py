@@ -9,11 +9,13 @@ Each configuration runs in a fresh process.
 - host ms/step (pipelined): the same span inside a loop that never waits (on a 2-core machine the
   device's threads compete with the host for the cores).
 - step ms: wall time per step of the pipelined loop, until the last loss is read.
+- cpu ms: CPU time of the whole process (every thread: host and XLA:CPU's compute) per step of
+  the idle-device loop; less sensitive to other jobs on the machine than wall time.
 - lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. With buffer donation, the XLA:CPU plugin runs
   the step synchronously inside the launch, so the lazy path's host time includes the execution.
 
 Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
-       [--xla-only] [--batch 16] [--block 64]
+       [--xla-only] [--batch 16] [--block 64] [--repeat 1] [--ab]
 (--batch 2 --block 8: the device's compute is negligible, so the host times are the host cost alone)
 """
 import argparse
@@ -78,6 +80,7 @@ first_loss = loss.item()
 
 # idle-device host time
 host_idle = []
+p0 = time.process_time()
 for _ in range(steps):
     wait()
     h0 = time.perf_counter()
@@ -85,6 +88,7 @@ for _ in range(steps):
     host_idle.append(time.perf_counter() - h0)
 loss.item()
 wait()
+cpu_ms = (time.process_time() - p0) / steps * 1e3
 if xla:
     c0 = {{n: met.counter_value(n) for n in met.counter_names()}}
 # pipelined loop
@@ -97,7 +101,7 @@ for _ in range(steps):
 last = loss.item()
 step_ms = (time.perf_counter() - t0) / steps * 1e3
 out = {{"host_idle_ms": sorted(host_idle)[len(host_idle) // 2] * 1e3,
-       "host_ms": sorted(host)[len(host) // 2] * 1e3, "step_ms": step_ms, "warmup_s": warm_s, "loss": last}}
+       "host_ms": sorted(host)[len(host) // 2] * 1e3, "step_ms": step_ms, "cpu_ms": cpu_ms, "warmup_s": warm_s, "loss": last}}
 if xla:
     c1 = {{n: met.counter_value(n) for n in met.counter_names()}}
     moved = {{n: v - c0.get(n, 0) for n, v in c1.items() if n.startswith(("xla::", "aten::")) and v != c0.get(n, 0)}}
@@ -127,6 +131,10 @@ def main():
     ap.add_argument("--xla-only", action="store_true", help="only the XLA:CPU configurations")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--block", type=int, default=64, help="tokens per sequence (at most 64)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the configurations this many times, interleaved; report the median and range")
+    ap.add_argument("--ab", action="store_true",
+                    help="also openxla with the CPU part run eagerly (XLA_DYNAMO_PACK_CPU_SCALARS=0)")
     a = ap.parse_args()
     configs = [("lazy", "lazy (XLA:CPU)", None),
                ("lazy", "lazy, no donation (XLA:CPU)", {"XLA_ENABLE_PARAM_ALIASING": "0"}),
@@ -134,27 +142,47 @@ def main():
                ("eager", "eager CPU", None)]
     if not a.no_inductor:
         configs.insert(3, ("inductor", "torch.compile inductor (CPU)", None))
+    if a.ab:
+        configs.insert(3, ("openxla", "openxla, CPU part eager (XLA:CPU)", {"XLA_DYNAMO_PACK_CPU_SCALARS": "0"}))
     if a.xla_only:
         configs = [c for c in configs if c[0] in ("lazy", "openxla")]
+    runs = {label: [] for _, label, _ in configs}
+    for _ in range(a.repeat):
+        for mode, label, env in configs:
+            try:
+                runs[label].append(run_child(mode, a.steps, a.warmup, a.layers, a.batch, a.block, env))
+            except RuntimeError as e:
+                runs[label].append({"error": str(e).splitlines()[-1]})
     results = {}
-    for mode, label, env in configs:
-        try:
-            results[label] = run_child(mode, a.steps, a.warmup, a.layers, a.batch, a.block, env)
-        except RuntimeError as e:
-            results[label] = {"error": str(e).splitlines()[-1]}
+    for label, rs in runs.items():
+        ok = [r for r in rs if "error" not in r]
+        if not ok:
+            results[label] = rs[-1]
+            continue
+        r = dict(ok[len(ok) // 2])
+        for k in ("host_idle_ms", "host_ms", "step_ms", "cpu_ms"):
+            v = sorted(x[k] for x in ok)
+            r[k] = v[len(v) // 2]
+            r[k + "_range"] = [v[0], v[-1]]
+        results[label] = r
     print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host ms (pipe)':>15s} {'step ms':>9s} "
-          f"{'warm-up s':>10s} {'ops/step':>9s}")
+          f"{'cpu ms':>8s} {'warm-up s':>10s} {'ops/step':>9s}")
     for label, r in results.items():
         if "error" in r:
             print(f"{label:36s} failed: {r['error']}")
             continue
         ops = r.get("ops_traced_per_step")
-        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['warmup_s']:10.1f} "
+        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['cpu_ms']:8.2f} {r['warmup_s']:10.1f} "
               f"{'' if ops is None else f'{ops:9.0f}'}")
-    lazy, comp = results.get("lazy (XLA:CPU)"), results.get("torch.compile openxla (XLA:CPU)")
-    if lazy and comp and "error" not in lazy and "error" not in comp:
-        print(f"host time (idle device), lazy / openxla: {lazy['host_idle_ms'] / comp['host_idle_ms']:.1f}x; "
-              f"step time openxla / lazy: {comp['step_ms'] / lazy['step_ms']:.2f}")
+        if a.repeat > 1:
+            rng = "  ".join(f"{r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f}" for k in ("host_idle_ms", "host_ms", "step_ms", "cpu_ms"))
+            print(f"{'':36s} range over {a.repeat} runs: {rng}")
+    comp = results.get("torch.compile openxla (XLA:CPU)")
+    for lname in ("lazy (XLA:CPU)", "lazy, no donation (XLA:CPU)"):
+        lazy = results.get(lname)
+        if lazy and comp and "error" not in lazy and "error" not in comp:
+            print(f"host time (idle device), {lname} / openxla: {lazy['host_idle_ms'] / comp['host_idle_ms']:.1f}x; "
+                  f"step time openxla / lazy: {comp['step_ms'] / lazy['step_ms']:.2f}")
     print(json.dumps(results, indent=1))
 
 

@@ -304,6 +304,30 @@ def test_input_mutation_is_written_back():
     torch.testing.assert_close(view.cpu(), buf_cpu[1:])
 
 
+def test_written_back_tensor_viewed_and_mutated_afterwards():
+    """A tensor written by compiled calls (no views: the inner value is replaced directly), then
+    viewed and mutated through the view lazily, then written by a compiled call again."""
+    def f(x, buf):
+        buf.add_(x)
+        return buf * 2
+
+    cf = torch.compile(f, backend="openxla_eval")
+    x = torch.arange(4.0)
+    buf, ref = torch.zeros(4, device=DEV), torch.zeros(4)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x.to(DEV), buf).cpu(), f(x, ref))
+    torch.testing.assert_close(buf.cpu(), ref)
+    view, ref_view = buf[1:3], ref[1:3]
+    view.mul_(10)
+    ref_view.mul_(10)
+    torch_xla.sync()
+    torch.testing.assert_close(buf.cpu(), ref)
+    for _ in range(2):
+        torch.testing.assert_close(cf(x.to(DEV), buf).cpu(), f(x, ref))
+    torch.testing.assert_close(buf.cpu(), ref)
+    torch.testing.assert_close(view.cpu(), ref_view)
+
+
 def test_lazy_inputs_are_synced_and_counted():
     cf = torch.compile(lambda a, b: a @ b + 1, backend="openxla_eval")
     a, b = torch.randn(4, 4), torch.randn(4, 4)
@@ -326,6 +350,79 @@ def test_cpu_scalar_tensor_input_is_uploaded_per_call():
         s = torch.tensor(v)
         torch.testing.assert_close(cf(x.to(DEV), s).cpu(), f(x, s))
     _assert_steady(before, "CPU scalar input")
+
+
+def _uploads():
+    d = met.metric_data("TransferToDeviceTime")
+    return d[0] if d else 0
+
+
+def test_cpu_scalar_inputs_are_packed_into_one_upload():
+    """Several 0-dim CPU inputs: one packed host-to-device transfer per call, not one per value."""
+    def f(x, a, b, c):
+        return x * a + b - c
+
+    cf = torch.compile(f, backend="openxla_eval")
+    x = torch.randn(4, 4)
+    xd = x.to(DEV)
+    cf(xd, torch.tensor(2.0), torch.tensor(1.0), torch.tensor(0.5))
+    before, up = _counters(), _uploads()
+    for v in (3.0, -1.5, 0.25):
+        args = (torch.tensor(v), torch.tensor(v + 1), torch.tensor(2 * v))
+        torch.testing.assert_close(cf(xd, *args).cpu(), f(x, *args))
+    assert _uploads() - up == 3
+    _assert_steady(before, "packed CPU scalars")
+
+
+def test_graph_returning_a_cpu_value_keeps_the_cpu_part():
+    """A CPU value among the outputs: the CPU part runs eagerly (the general path) and stays on the CPU."""
+    def f(x, s):
+        t = s * 2
+        return x * t, t + 1
+
+    cf = torch.compile(f, backend="openxla_eval")
+    x = torch.randn(3)
+    for v in (1.0, 2.5):
+        s = torch.tensor(v)
+        out, cpu_out = cf(x.to(DEV), s)
+        ref, ref_cpu = f(x, s)
+        torch.testing.assert_close(out.cpu(), ref)
+        assert cpu_out.device.type == "cpu"
+        torch.testing.assert_close(cpu_out, ref_cpu)
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
+    """Adam's step counters stay CPU tensors with the eager values; the bias corrections computed
+    from them run inside the device executable (one upload per step for all counters)."""
+    batches = _mlp_batches(6)
+    cpu_model = _mlp()
+    xla_model = copy.deepcopy(cpu_model).to(DEV)
+    copt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2, foreach=foreach)
+    xopt = torch.optim.AdamW(xla_model.parameters(), lr=1e-2, foreach=foreach)
+
+    def make_step(model, opt):
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    cstep, xstep = make_step(cpu_model, copt), torch.compile(make_step(xla_model, xopt), backend="openxla")
+    ups = []
+    for x, y in batches:
+        torch.testing.assert_close(xstep(x.to(DEV), y.to(DEV)).item(), cstep(x, y).item(), rtol=1e-4, atol=1e-5)
+        ups.append(_uploads())
+    # per step: x and y, then one packed upload of every step counter
+    assert ups[-1] - ups[-2] == 3
+    for cp, xp in zip(cpu_model.parameters(), xla_model.parameters()):
+        cs, xs = copt.state[cp], xopt.state[xp]
+        assert xs["step"].device.type == "cpu" and xs["step"].item() == cs["step"].item() == len(batches)
+        torch.testing.assert_close(xs["exp_avg"].cpu(), cs["exp_avg"], rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(xs["exp_avg_sq"].cpu(), cs["exp_avg_sq"], rtol=1e-3, atol=1e-7)
+        torch.testing.assert_close(xp.cpu(), cp.detach(), rtol=1e-3, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- guards, graph breaks

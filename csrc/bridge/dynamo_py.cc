@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
 
 #include "bridge/bridge.h"
@@ -26,6 +27,7 @@ struct ArgLayout {
 graph::TensorPtr XlaOrNull(PyObject* o) {
   if (!THPVariable_Check(o)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(o);
+  if (!t.defined() || t.device().type() != c10::DeviceType::XLA) return nullptr;  // no exception per CPU input
   try {
     return bridge::XlaFromUser(t);
   } catch (const std::invalid_argument&) {
@@ -37,6 +39,19 @@ graph::TensorPtr XlaOrNull(PyObject* o) {
 // through functionalization, so views of it see the write, and with a version bump for autograd.
 void WriteBack(const at::Tensor& arg, graph::TensorPtr value) {
   if (at::functionalization::impl::isFunctionalTensor(arg)) {
+    // Fast path: a base tensor no other tensor shares storage with (no view can observe the
+    // write) and no pending updates: give its inner XLA tensor the new value directly.
+    auto* w = static_cast<at::FunctionalTensorWrapper*>(arg.unsafeGetTensorImpl());
+    // The inner tensor must also be the storage's base, so a view made later regenerates from
+    // the new value.
+    if (w->isBaseTensor() && w->storage().use_count() == 1 && w->is_up_to_date() &&
+        static_cast<at::functionalization::FunctionalStorageImpl*>(w->storage().unsafeGetStorageImpl())->base().unsafeGetTensorImpl() == w->value().unsafeGetTensorImpl()) {
+      if (auto* impl = dynamic_cast<bridge::XLATensorImpl*>(w->value().unsafeGetTensorImpl())) {
+        impl->set_tensor(std::move(value));
+        if (!arg.is_inference()) arg.unsafeGetTensorImpl()->bump_version();
+        return;
+      }
+    }
     at::Tensor inner(c10::make_intrusive<bridge::XLATensorImpl>(std::move(value)));
     at::functionalization::impl::replace_(arg, inner);
     at::functionalization::impl::commit_update(arg);

@@ -20,6 +20,7 @@ under ``PT_XLA_DEBUG=1``.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -172,6 +173,103 @@ class _Partitioned:
     def __call__(self, *args):
         cpu_vals = self.cpu_gm(*[args[i] for i in self.cpu_inputs])
         return self.xla(*[args[i] for i in self.xla_inputs], *cpu_vals)
+
+
+def _is_copy_into(n: torch.fx.Node, targets: set) -> bool:
+    return (n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+            and n.args[0] in targets and not n.users)
+
+
+def _packable(gm: torch.fx.GraphModule, cpu: set, args: Sequence[Any]) -> bool:
+    """Whether the CPU part can move into the device graph (see :class:`_Packed`): its CPU
+    tensor inputs are 0-dim, its only side effects are ``copy_`` into those inputs (AOT
+    Autograd's input mutations), and no graph output is a CPU value."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    cpu_ph = set()
+    for n, a in zip(placeholders, args):
+        if n in cpu:
+            if not (isinstance(a, torch.Tensor) and a.dim() == 0 and not a.requires_grad):
+                return False
+            cpu_ph.add(n)
+    if len(placeholders) != len(args) or not cpu_ph:
+        return False
+    for n in gm.graph.nodes:
+        if n not in cpu or n.op == "placeholder":
+            continue
+        if n.op == "get_attr":
+            return False  # a CPU constant: keep the general path
+        if n.op == "call_method" and str(n.target).endswith("_"):
+            return False
+        if n.op == "call_function":
+            schema = getattr(n.target, "_schema", None)
+            if schema is not None and schema.is_mutable and not _is_copy_into(n, cpu_ph):
+                return False
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    flat = []
+    torch.fx.node.map_arg(out.args, flat.append)
+    return not any(n in cpu for n in flat)
+
+
+class _Packed:
+    """An FX graph with a CPU part (an optimizer's ``step`` counters on the CPU and the bias
+    corrections computed from them) that runs entirely on the device: the 0-dim CPU inputs are
+    stacked into one CPU tensor per dtype, uploaded once per call (one transfer instead of one
+    per value) and selected inside the executable, which also computes what the CPU part
+    computed. The CPU inputs the graph writes (``step += 1``) are updated on the CPU by the
+    smallest subgraph that computes their new values, with one ``_foreach_copy_``."""
+
+    def __init__(self, gm: torch.fx.GraphModule, cpu: set, name: str, args: Sequence[Any]):
+        nodes = list(gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        self.xla_inputs = [i for i, n in enumerate(placeholders) if n not in cpu]
+        groups: Dict[torch.dtype, List[int]] = {}
+        for i, n in enumerate(placeholders):
+            if n in cpu:
+                groups.setdefault(args[i].dtype, []).append(i)
+        self.groups = list(groups.values())
+        cpu_ph = {placeholders[i] for g in self.groups for i in g}
+        copies = [n for n in nodes if n in cpu and _is_copy_into(n, cpu_ph)]
+        # The device graph: the XLA inputs, then one packed tensor per dtype.
+        xg, env = torch.fx.Graph(), {}
+        for i in self.xla_inputs:
+            env[placeholders[i]] = xg.placeholder(placeholders[i].name)
+        for k, g in enumerate(self.groups):
+            packed = xg.placeholder(f"packed_cpu_scalars_{k}")
+            for j, i in enumerate(g):
+                env[placeholders[i]] = xg.call_function(torch.ops.aten.select_copy.int, (packed, 0, j))
+        skip = set(copies)
+        for n in nodes:
+            if n.op == "placeholder" or n in skip:
+                continue
+            env[n] = xg.node_copy(n, lambda m: env[m])
+        self.xla = CompiledGraph(torch.fx.GraphModule(gm, xg), name)
+        # The CPU writes: the ancestors of the copied values, then one _foreach_copy_.
+        self.cpu_inputs = [i for g in self.groups for i in g]
+        self.mutate = None
+        if copies:
+            need, stack = set(), [c.args[1] for c in copies]
+            while stack:
+                m = stack.pop()
+                if isinstance(m, torch.fx.Node) and m not in need:
+                    need.add(m)
+                    stack.extend(m.all_input_nodes)
+            cg, env2 = torch.fx.Graph(), {}
+            for i in self.cpu_inputs:
+                env2[placeholders[i]] = cg.placeholder(placeholders[i].name)
+            for n in nodes:
+                if n in need and n.op != "placeholder":
+                    env2[n] = cg.node_copy(n, lambda m: env2[m])
+            cg.call_function(torch.ops.aten._foreach_copy_.default,
+                             ([env2[c.args[0]] for c in copies], [env2[c.args[1]] for c in copies]))
+            cg.output(None)
+            self.mutate = torch.fx.GraphModule(gm, cg)
+
+    def __call__(self, *args):
+        packed = [torch.stack([args[i] for i in g]) for g in self.groups]
+        out = self.xla(*[args[i] for i in self.xla_inputs], *packed)
+        if self.mutate is not None:
+            self.mutate(*[args[i] for i in self.cpu_inputs])
+        return out
 
 
 class _Entry:
@@ -338,8 +436,15 @@ def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args):
     name = f"dynamo_{next(_graph_ids)}"
     _met.increment_counter("DynamoGraphs", 1)
     cpu = _cpu_nodes(xla_model, xla_args)
-    if any(n.op != "placeholder" for n in cpu):
-        _debug(f"dynamo graph '{name}': {sum(n.op != 'placeholder' for n in cpu)} ops on CPU tensors run "
+    n_ops = sum(n.op != "placeholder" for n in cpu)
+    if (n_ops or len(cpu) > 1) and os.environ.get("XLA_DYNAMO_PACK_CPU_SCALARS", "1") != "0" \
+            and _packable(xla_model, cpu, xla_args):
+        n_in = sum(n.op == "placeholder" for n in cpu)
+        _debug(f"dynamo graph '{name}': {n_in} CPU scalar inputs are uploaded as one tensor per call"
+               + (f" and {n_ops} ops on them run in the device graph" if n_ops else ""))
+        return _Packed(xla_model, cpu, name, xla_args)
+    if n_ops:
+        _debug(f"dynamo graph '{name}': {n_ops} ops on CPU tensors run "
                f"on the CPU at each call, their results are inputs of the compiled graph")
         return _Partitioned(xla_model, cpu, name)
     return CompiledGraph(xla_model, name)
