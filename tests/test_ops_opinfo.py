@@ -290,6 +290,21 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("bitwise_left_shift", ""): ("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar"),
     ("bitwise_right_shift", ""): ("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar"),
     ("nn.functional.interpolate", "bilinear"): ("upsample_bilinear2d", "upsample_bilinear2d_backward"),
+    # ---- issue #8, op-lowering remainder: rows_special.cc
+    ("lgamma", ""): ("lgamma",),
+    ("digamma", ""): ("digamma",),
+    ("mvlgamma", "mvlgamma_p_1"): ("lgamma",),
+    ("mvlgamma", "mvlgamma_p_3"): ("lgamma",),
+    ("erfc", ""): ("erfc",),
+    ("signbit", ""): ("signbit",),
+    ("copysign", ""): ("copysign.Tensor",),
+    ("heaviside", ""): ("heaviside",),
+    ("sinc", ""): ("sinc",),
+    ("special.entr", ""): ("special_entr",),
+    ("special.xlog1py", ""): ("special_xlog1py",),
+    ("nextafter", ""): ("nextafter",),
+    ("gcd", ""): ("gcd",),
+    ("lcm", ""): ("lcm",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.
@@ -641,6 +656,10 @@ def test_direct_rows():
                lambda *a: torch.ops.aten._batch_norm_no_update(*a, 0.1, 1e-5)):
         out = fn(*(t.to(XLA) for t in (x, w, b, rm, rv)))
         torch.testing.assert_close(_to_cpu(out), fn(x, w, b, rm, rv), rtol=1e-5, atol=1e-5)
+    # polygamma: its OpInfo samples mix orders, and n >= 2 stays on the CPU (tests/test_ops_remainder.py).
+    y = torch.randn(4, 5) * 3
+    for n in (0, 1):
+        torch.testing.assert_close(torch.polygamma(n, y.to(XLA)).cpu(), torch.polygamma(n, y), rtol=1e-5, atol=1e-5)
     # The backend-overridable convolution entry points (the public API reaches the convolution rows).
     x, w, b = torch.randn(2, 4, 6, 5), torch.randn(6, 2, 3, 3), torch.randn(6)
     conv = (w.shape[0], [2, 1], [1, 0], [1, 2], False, [0, 0], 2)  # groups=2, stride, padding, dilation

@@ -341,6 +341,14 @@ class Emitter {
         return;
       case Op::kErf: Line(n, "chlo.erf", ""); return;
       case Op::kErfInv: Line(n, "chlo.erf_inv", ""); return;
+      case Op::kLgamma: Line(n, "chlo.lgamma", ""); return;
+      case Op::kDigamma: Line(n, "chlo.digamma", ""); return;
+      case Op::kErfc: Line(n, "chlo.erfc", ""); return;
+      case Op::kBesselI1e: Line(n, "chlo.bessel_i1e", ""); return;
+      case Op::kPolygamma: Line(n, "chlo.polygamma", ""); return;
+      case Op::kNextAfter: Line(n, "chlo.next_after", ""); return;
+      case Op::kZeta: Line(n, "chlo.zeta", ""); return;
+      case Op::kBitcastConvert: Line(n, "stablehlo.bitcast_convert", ""); return;
       case Op::kCompare:
         Line(n, "stablehlo.compare", std::string("comparison_direction = #stablehlo<comparison_direction ") +
                                          DirName(A.n) + ">, compare_type = #stablehlo<comparison_type " +

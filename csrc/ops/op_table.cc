@@ -15,6 +15,7 @@ const std::vector<OpRow>& OpTable() {
     AddConvRows(*rows);
     AddIndexRows(*rows);
     AddMathRows(*rows);
+    AddSpecialRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();
