@@ -305,6 +305,25 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nextafter", ""): ("nextafter",),
     ("gcd", ""): ("gcd",),
     ("lcm", ""): ("lcm",),
+    # rows_index.cc / rows_extra.cc / rows_reduce.cc
+    ("scatter_reduce", "sum"): ("scatter_reduce.two",),
+    ("scatter_reduce", "prod"): ("scatter_reduce.two",),
+    ("scatter_reduce", "mean"): ("scatter_reduce.two",),
+    ("scatter_reduce", "amax"): ("scatter_reduce.two",),
+    ("scatter_reduce", "amin"): ("scatter_reduce.two",),
+    ("index_copy", ""): ("index_copy",),
+    ("put", ""): ("put",),
+    ("masked_scatter", ""): ("masked_scatter",),
+    ("renorm", ""): ("renorm",),
+    ("cummax", ""): ("cummax",),
+    ("cummin", ""): ("cummin",),
+    ("aminmax", ""): ("aminmax",),
+    ("diag_embed", ""): ("diag_embed",),
+    ("nn.functional.huber_loss", ""): ("huber_loss", "huber_loss_backward"),
+    ("nn.functional.pixel_shuffle", ""): ("pixel_shuffle",),
+    ("nn.functional.pixel_unshuffle", ""): ("pixel_unshuffle",),
+    ("nn.functional.channel_shuffle", ""): ("channel_shuffle",),
+    ("addbmm", ""): ("addbmm",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.

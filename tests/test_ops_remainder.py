@@ -155,3 +155,123 @@ def test_gcd_worst_case_and_extremes():
     check(torch.gcd, torch.tensor([2**62 + 1, 2**61 * 3, -2**63]), torch.tensor([2**62, 2**60 * 5, 6]), exact=True)
     with pytest.raises(RuntimeError, match="not implemented"):
         torch.gcd(torch.ones(2, device=X), torch.ones(2, device=X))
+
+
+# ---------------------------------------------------------------- indexing and reductions
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bool])
+def test_scatter_reduce(reduce, include_self, dtype):
+    if dtype == torch.bool and reduce == "mean":
+        pytest.skip("eager: not implemented for Bool")
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(6, 4, generator=g) * 5).to(dtype)
+    src = (torch.randn(5, 4, generator=g) * 5).to(dtype)
+    if dtype == torch.float32:
+        x[0, 0], src[1, 2], src[2, 3] = math.nan, math.nan, -0.0
+    idx = torch.tensor([[0, 1, 0, 5], [0, 1, 2, 5], [3, 3, 2, 1], [0, 0, 0, 0], [4, 1, 2, 0]])
+    check(lambda a, i, s: a.scatter_reduce(0, i, s, reduce, include_self=include_self), x, idx, src,
+          rtol=1e-5, atol=1e-5, no_fallback=("scatter_reduce",))
+    check(lambda a, i, s: a.scatter_reduce(1, i[:, :2] % 4, s, reduce, include_self=include_self), x, idx, src,
+          rtol=1e-5, atol=1e-5, no_fallback=("scatter_reduce",))
+
+
+def test_scatter_reduce_mean_floor_and_grad():
+    x = torch.tensor([-7, 7, -1, 0])
+    check(lambda a: a.scatter_reduce(0, torch.tensor([0, 0, 1, 2], device=a.device),
+                                     torch.tensor([2, -4, 1, -6], device=a.device), "mean"), x, exact=True)
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        x = torch.randn(5, 3)
+        src = torch.randn(4, 3)
+        idx = torch.tensor([[0, 1, 2], [0, 1, 4], [3, 3, 2], [1, 0, 0]])
+        grads = []
+        for dev in ("cpu", X):
+            a, s = x.to(dev).requires_grad_(), src.to(dev).requires_grad_()
+            out = a.scatter_reduce(0, idx.to(dev), s, reduce, include_self=False)
+            grads.append([t.cpu() for t in torch.autograd.grad(out.sum(), (a, s))])
+        torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="index"):
+        torch.zeros(3, device=X).scatter_reduce(0, torch.tensor([3], device=X), torch.ones(1, device=X), "sum").cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_cummax_cummin(dtype):
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, math.nan, 5.0, math.nan, 0.0], [0.0, -0.0, 0.0, -1.0, -1.0, 4.0, 4.0, -5.0]])
+    if dtype != torch.float32:
+        x = x.nan_to_num(7.0).to(dtype)
+    for fn in (torch.cummax, torch.cummin):
+        for d in (0, 1, -1):
+            check(lambda t: fn(t, d), x, exact=True, no_fallback=(fn.__name__,))
+    check(lambda t: torch.cummax(t, 0), torch.tensor(3.0).to(dtype), exact=True)
+    if dtype == torch.float32:
+        y = torch.randn(4, 6)
+        for fn in (torch.cummax, torch.cummin):
+            a, b = y.clone().requires_grad_(), y.to(X).requires_grad_()
+            ga = torch.autograd.grad(fn(a, 1)[0].sum(), a)[0]
+            gb = torch.autograd.grad(fn(b, 1)[0].sum(), b)[0].cpu()
+            torch.testing.assert_close(gb, ga)
+
+
+def test_aminmax():
+    x = torch.tensor([[1.0, math.nan, -2.0], [0.5, 4.0, -0.0]])
+    check(torch.aminmax, x, exact=True, no_fallback=("aminmax",))
+    check(lambda t: torch.aminmax(t, dim=1, keepdim=True), x, exact=True, no_fallback=("aminmax",))
+    check(lambda t: torch.aminmax(t, dim=0), torch.tensor([[True, False], [True, True]]), exact=True,
+          no_fallback=("aminmax",))
+    with pytest.raises(RuntimeError):
+        torch.aminmax(torch.zeros(0, 3, device=X))
+
+
+def test_index_copy_put_masked_scatter():
+    x = torch.randn(5, 3)
+    check(lambda t: t.index_copy(0, torch.tensor([4, 0], device=t.device), torch.ones(2, 3, device=t.device)), x,
+          exact=True, no_fallback=("index_copy",))
+    check(lambda t: t.index_copy(1, torch.tensor([2], device=t.device), torch.ones(5, 1, device=t.device)), x,
+          exact=True, no_fallback=("index_copy",))
+    with pytest.raises(IndexError, match="index_copy"):
+        x.to(X).index_copy(0, torch.tensor([5], device=X), torch.ones(1, 3, device=X)).cpu()
+    idx, src = torch.tensor([[0, -1], [3, 3]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    check(lambda t, i, s: t.put(i, s, accumulate=True), x, idx, src, exact=True, no_fallback=("put",))
+    check(lambda t, i, s: t.put(i[:, :1].flatten(), s[:, 0]), x, idx, src, exact=True, no_fallback=("put",))
+    y = x.to(X)
+    y.put_(torch.tensor([-15, 14], device=X), torch.tensor([9.0, 8.0], device=X))
+    torch.testing.assert_close(y.cpu(), x.clone().put_(torch.tensor([-15, 14]), torch.tensor([9.0, 8.0])))
+    with pytest.raises(IndexError):
+        x.to(X).put(torch.tensor([15], device=X), torch.tensor([1.0], device=X)).cpu()
+    mask = torch.tensor([[True, False, True], [False, False, False], [True, True, True], [False, True, False],
+                         [False, False, False]])
+    src = torch.arange(10.0).reshape(2, 5)
+    check(lambda t, m, s: t.masked_scatter(m, s), x, mask, src, exact=True, no_fallback=("masked_scatter",))
+    check(lambda t, m, s: t.masked_scatter(m, s), x[0], mask, src, exact=True, no_fallback=("masked_scatter",))
+    with pytest.raises(RuntimeError, match="masked_scatter"):
+        x.to(X).masked_scatter(mask.to(X), torch.ones(3, device=X)).cpu()
+
+
+def test_renorm_diag_embed_addbmm():
+    x = torch.randn(4, 3, 5) * 3
+    for p, dim, mx in ((2.0, 0, 2.0), (1.0, 1, 5.0), (math.inf, -1, 1.0), (3.0, 2, 0.5)):
+        check(lambda t: torch.renorm(t, p, dim, mx), x, rtol=1e-5, atol=1e-5, no_fallback=("renorm",))
+    for off, d1, d2 in ((0, -2, -1), (2, 0, 2), (-1, 1, 0), (-3, 3, 1)):
+        check(lambda t: torch.diag_embed(t, off, d1, d2), x, exact=True, no_fallback=("diag_embed",))
+    m, b1, b2 = torch.randn(3, 5), torch.randn(4, 3, 2), torch.randn(4, 2, 5)
+    check(lambda a, b, c: torch.addbmm(a, b, c, beta=0.5, alpha=2), m, b1, b2, rtol=1e-5, atol=1e-5,
+          no_fallback=("addbmm",))
+    check(lambda a, b, c: torch.addbmm(a, b, c, beta=0), m * math.nan, b1, b2, rtol=1e-5, atol=1e-5,
+          no_fallback=("addbmm",))
+
+
+def test_huber_pixel_channel_shuffle():
+    x, t = torch.randn(4, 5) * 3, torch.randn(4, 5)
+    for red in ("none", "mean", "sum"):
+        for delta in (0.5, 1.0, 2.5):
+            f = lambda a, b: torch.nn.functional.huber_loss(a, b, reduction=red, delta=delta)  # noqa: E731
+            check(f, x, t, rtol=1e-5, atol=1e-5, no_fallback=("huber_loss",))
+            a, b = x.clone().requires_grad_(), x.to(X).requires_grad_()
+            ga = torch.autograd.grad(f(a, t).sum(), a)[0]
+            gb = torch.autograd.grad(f(b, t.to(X)).sum(), b)[0].cpu()
+            torch.testing.assert_close(gb, ga)
+    y = torch.randn(2, 18, 3, 4)
+    check(lambda v: torch.nn.functional.pixel_shuffle(v, 3), y, exact=True, no_fallback=("pixel_shuffle",))
+    check(lambda v: torch.nn.functional.pixel_unshuffle(v, 2), y.reshape(2, 9, 6, 4), exact=True,
+          no_fallback=("pixel_unshuffle",))
+    check(lambda v: torch.nn.functional.channel_shuffle(v, 3), y, exact=True, no_fallback=("channel_shuffle",))

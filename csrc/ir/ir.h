@@ -189,7 +189,7 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lhs
 Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& offset_dims,
              const std::vector<int64_t>& collapsed_slice_dims, const std::vector<int64_t>& start_index_map,
              int64_t index_vector_dim, const std::vector<int64_t>& slice_sizes);
-// Scatter; combine: 0 = replace, 1 = add, 2 = multiply.
+// Scatter; combine: 0 = replace, 1 = add, 2 = multiply, 3 = max, 4 = min (NaN wins for floats).
 Value Scatter(const Value& x, const Value& indices, const Value& updates,
               const std::vector<int64_t>& update_window_dims, const std::vector<int64_t>& inserted_window_dims,
               const std::vector<int64_t>& scatter_dims_to_operand_dims, int64_t index_vector_dim, int64_t combine);

@@ -431,6 +431,8 @@ class Emitter {
           region = BinaryRegion(t == DType::kPred ? "stablehlo.or" : "stablehlo.add", t);
         } else if (A.n == 2) {
           region = BinaryRegion(t == DType::kPred ? "stablehlo.and" : "stablehlo.multiply", t);
+        } else if (A.n == 3 || A.n == 4) {  // max / min (NaN-propagating for floats)
+          region = ReducerRegion(A.n == 3 ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, t);
         } else {
           std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
           std::string st = ScalarT(t);

@@ -16,6 +16,7 @@ const std::vector<OpRow>& OpTable() {
     AddIndexRows(*rows);
     AddMathRows(*rows);
     AddSpecialRows(*rows);
+    AddExtraRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "graph/graph.h"
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -123,6 +124,84 @@ Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value
   }
   Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
   return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, add ? 1 : 0);
+}
+
+// scatter with combine (see ir::Scatter) of src's index-shaped corner into self along dim.
+Value ScatterCombine(const Value& self, int64_t dim, const Value& index, const Value& src, int64_t combine) {
+  int r = self.rank();
+  if (index.shape().numel() == 0) return self;
+  if (r == 0) {
+    Value one = ScatterCombine(ir::Reshape(self, {1}), 0, ir::Reshape(index, {1}),
+                               ir::Reshape(src, {src.shape().numel()}), combine);
+    return ir::Reshape(one, {});
+  }
+  int64_t n = index.shape().numel();
+  Value coords = FullCoordinates(index, dim);
+  Value s = src;
+  if (s.dims() != index.dims()) {
+    std::vector<int64_t> st(r, 0), lim = index.dims(), str(r, 1);
+    s = ir::Slice(s, st, lim, str);
+  }
+  Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
+  return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, combine);
+}
+
+// The lowest (or highest) value of an integer dtype.
+int64_t IntLimit(DType t, bool lowest) {
+  switch (t) {
+    case DType::kS8: return lowest ? INT8_MIN : INT8_MAX;
+    case DType::kS16: return lowest ? INT16_MIN : INT16_MAX;
+    case DType::kS32: return lowest ? INT32_MIN : INT32_MAX;
+    case DType::kU8: return lowest ? 0 : UINT8_MAX;
+    case DType::kU16: return lowest ? 0 : UINT16_MAX;
+    case DType::kU32: return lowest ? 0 : static_cast<int64_t>(UINT32_MAX);
+    case DType::kU64: return lowest ? 0 : -1;  // all ones
+    default: return lowest ? INT64_MIN : INT64_MAX;
+  }
+}
+
+// scatter_reduce.two: sum / prod / mean / amax / amin, with or without self's values. Positions no
+// index reaches keep self; with include_self=False the reached ones start from the reduction's
+// identity. mean divides by the count (floor division for integers), as eager.
+Value ScatterReduceTwo(const Value& self, int64_t dim, const Value& index, const Value& src,
+                       const std::string& reduce, bool include_self) {
+  DType t = self.dtype();
+  if (index.shape().numel() == 0) return self;
+  Value reached = ScatterCombine(ir::Full(0, ir::Shape(DType::kPred, self.dims())), dim, index,
+                                 ir::Full(1, ir::Shape(DType::kPred, index.dims())), 0);
+  auto start = [&](double identity) {
+    return include_self ? self : ir::Select(reached, ir::Full(identity, self.shape()), self);
+  };
+  double inf = std::numeric_limits<double>::infinity();
+  if (reduce == "sum") return ScatterCombine(start(0), dim, index, src, 1);
+  if (reduce == "prod") return ScatterCombine(start(1), dim, index, src, 2);
+  if (reduce == "amax" || reduce == "amin") {
+    bool mx = reduce == "amax";
+    Value base;
+    if (include_self) {
+      base = self;
+    } else if (ir::IsFloating(t)) {
+      base = start(mx ? -inf : inf);
+    } else {  // integer identities: the dtype's lowest / highest value
+      Value lim = ir::ConstantInt(IntLimit(t, mx), t);
+      base = ir::Select(reached, ir::BroadcastInDim(lim, self.dims(), {}), self);
+    }
+    return ScatterCombine(base, dim, index, src, mx ? 3 : 4);
+  }
+  // mean
+  DType ct = OpMath(t);
+  Value sum = ScatterCombine(Cast(start(0), ct), dim, index, Cast(src, ct), 1);
+  Value cnt = ScatterCombine(ir::Full(include_self ? 1 : 0, ir::Shape(ct, self.dims())), dim, index,
+                             ir::Full(1, ir::Shape(ct, index.dims())), 1);
+  cnt = ir::Select(ir::Compare(CompareDir::kEQ, cnt, ir::Full(0, cnt.shape())), ir::Full(1, cnt.shape()), cnt);
+  Value q = ir::Binary(Op::kDiv, sum, cnt);
+  if (!ir::IsFloating(t)) {  // floor division (div's rounding_mode='floor'); integer division truncates
+    Value r = ir::Binary(Op::kRem, sum, cnt);
+    Value fix = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, r, ir::Full(0, r.shape())),
+                           ir::Compare(CompareDir::kLT, ir::Binary(Op::kXor, sum, cnt), ir::Full(0, r.shape())));
+    q = ir::Select(fix, ir::Binary(Op::kSub, q, ir::Full(1, q.shape())), q);
+  }
+  return Cast(q, t);
 }
 
 // Advanced indexing: self[indices...] with index tensors (None = full slice). Returns the
@@ -636,6 +715,110 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     CheckDim(x, d, idx, "scatter", a.device);
     Value v = BroadcastTo(ScalarV(a.S(3), x.dtype(), a.device), idx.dims());
     return {ScatterReduce(x, d, idx, v, a.Str(4), a)};
+  }});
+  rows.push_back({"scatter_reduce.two", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    std::string reduce = a.Str(4);
+    if (x.dtype() == DType::kPred && reduce != "mean" && src.dtype() == x.dtype() && !ir::IsFloating(idx.dtype())) {
+      // bool: sum and amax are or, prod and amin are and (eager's += and *= on bool).
+      int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+      CheckDim(x, d, idx, "scatter_reduce", a.device);
+      bool any = reduce == "sum" || reduce == "amax";
+      Value base = x;
+      if (!a.Bool(5, true) && idx.shape().numel()) {
+        Value reached = ScatterCombine(ir::Full(0, x.shape()), d, idx, ir::Full(1, ir::Shape(DType::kPred, idx.dims())), 0);
+        base = ir::Select(reached, ir::Full(any ? 0 : 1, x.shape()), x);
+      }
+      return {ScatterCombine(base, d, idx, src, any ? 1 : 2)};
+    }
+    if (x.dtype() == DType::kPred || ir::IsComplex(x.dtype()) || x.dtype() == DType::kU16 ||
+        x.dtype() == DType::kU32 || x.dtype() == DType::kU64) {
+      throw NotLowered{};
+    }
+    if (reduce != "sum" && reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") {
+      throw NotLowered{};  // eager's error
+    }
+    if (src.dtype() != x.dtype() || ir::IsFloating(idx.dtype())) throw NotLowered{};  // eager's errors
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    CheckDim(x, d, idx, "scatter_reduce", a.device);
+    return {ScatterReduceTwo(x, d, idx, src, reduce, a.Bool(5, true))};
+  }});
+  // index_copy: self's slices at index[i] along dim take source's slice i (a scatter).
+  rows.push_back({"index_copy", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    if (idx.rank() > 1 || idx.dtype() != DType::kS64 || src.dtype() != x.dtype()) throw NotLowered{};
+    if (x.rank() == 0) {  // one element: index [0] (or none) and a one-element source
+      if (idx.shape().numel() == 0) return {x};
+      if (idx.shape().numel() != 1 || src.shape().numel() != 1) throw NotLowered{};
+      CheckIndexRange(idx, 0, 1, "index_copy_(): index out of bounds for dimension 0 with size 1", a.device);
+      return {ir::Reshape(src, {})};
+    }
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    int64_t m = idx.shape().numel();
+    std::vector<int64_t> want = x.dims();
+    want[d] = m;
+    if (src.dims() != want) throw NotLowered{};  // eager's size errors
+    if (m == 0) return {x};
+    int64_t n = x.dims()[d];
+    CheckIndexRange(idx, 0, n, "index_copy_(): index out of bounds for dimension " + std::to_string(d) +
+                    " with size " + std::to_string(n), a.device);
+    Value full = ir::BroadcastInDim(ir::Reshape(idx, {m}), src.dims(), {d});
+    return {ScatterCombine(x, d, full, src, 0)};
+  }});
+  // put: self.flatten()[index] = (or +=) source, negative indices wrapping.
+  rows.push_back({"put", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(1), src = a.V(2);
+    bool acc = a.Bool(3);
+    if (idx.dtype() != DType::kS64 || src.dtype() != x.dtype()) throw NotLowered{};
+    int64_t m = idx.shape().numel(), n = x.shape().numel();
+    if (src.shape().numel() != m) throw NotLowered{};  // eager's error
+    if (m == 0) return {x};
+    if (n == 0) throw NotLowered{};
+    CheckIndexRange(idx, -n, n, "put_(): index out of range", a.device);
+    Value i = ir::Reshape(idx, {m});
+    i = ir::Select(ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape())),
+                   ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
+    Value flat = ir::Reshape(x, {n});
+    Value r = ir::Scatter(flat, ir::Reshape(i, {m, 1}), ir::Reshape(src, {m}), {}, {0}, {0}, 1, acc ? 1 : 0);
+    return {ir::Reshape(r, x.dims())};
+  }});
+  // masked_scatter: the k-th True position (row-major) takes source.flatten()[k].
+  rows.push_back({"masked_scatter", [](OpArgs& a) -> V {
+    Value x = a.V(0), mask = a.V(1), src = a.V(2);
+    if (mask.dtype() != DType::kPred || src.dtype() != x.dtype()) throw NotLowered{};
+    auto dims = BroadcastShapes(x.dims(), mask.dims());
+    x = BroadcastTo(x, dims);  // the out-of-place op expands self and mask to one shape
+    int64_t n = x.shape().numel(), ns = src.shape().numel();
+    if (n == 0) return {x};
+    if (ns == 0) throw NotLowered{};
+    Value mflat = ir::Reshape(BroadcastTo(mask, dims), {n});
+    Value k = ir::Cumulative(ir::ReduceKind::kSum, Cast(mflat, DType::kS64), 0);
+    graph::AddCheck(ir::Compare(CompareDir::kLE, ir::Reduce(ir::ReduceKind::kMax, k, {0}),
+                                ir::ConstantInt(ns, DType::kS64)),
+                    "masked_scatter: expected source to have at least as many elements as ones in mask", a.device,
+                    /*runtime_error=*/true);
+    k = ir::Clamp(ir::Full(0, k.shape()), ir::Binary(Op::kSub, k, ir::Full(1, k.shape())),
+                  ir::Full(static_cast<double>(ns - 1), k.shape()));
+    Value g = ir::Gather(ir::Reshape(src, {ns}), ir::Reshape(k, {n, 1}), {}, {0}, {0}, 1, {1});
+    return {ir::Reshape(ir::Select(mflat, g, ir::Reshape(x, {n})), x.dims())};
+  }});
+  // renorm: each slice along dim whose p-norm exceeds maxnorm is scaled by maxnorm / (norm + 1e-7).
+  rows.push_back({"renorm", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (!ir::IsFloating(x.dtype()) || x.rank() == 0) throw NotLowered{};
+    double p = a.S(1).AsDouble(), maxnorm = a.S(3).AsDouble();
+    if (p <= 0 || maxnorm < 0) throw NotLowered{};  // eager's errors
+    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
+    std::vector<int64_t> others;
+    for (int i = 0; i < x.rank(); ++i) if (i != d) others.push_back(i);
+    DType ct = OpMath(x.dtype());
+    Value xc = Cast(x, ct);
+    Value norm = others.empty() ? ir::Unary(Op::kAbs, xc) : VectorNorm(xc, p, others, true, ct);
+    Value big = ir::Compare(CompareDir::kGT, norm, ir::Full(maxnorm, norm.shape()));
+    Value f = ir::Select(big, ir::Binary(Op::kDiv, ir::Full(maxnorm, norm.shape()),
+                                         ir::Binary(Op::kAdd, norm, ir::Full(1e-7, norm.shape()))),
+                         ir::Full(1, norm.shape()));
+    return {Cast(ir::Binary(Op::kMul, xc, BroadcastTo(f, xc.dims())), x.dtype())};
   }});
   rows.push_back({"scatter_add", [](OpArgs& a) -> V {
     Value x = a.V(0);

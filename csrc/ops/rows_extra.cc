@@ -1,0 +1,200 @@
+// Op table rows PyTorch/XLA lowers that the OpInfo survey found on the CPU fallback (issue #8,
+// op-lowering remainder): cummax/cummin (eager's tie and NaN rules), aminmax, diag_embed,
+// huber_loss (+ backward), pixel_shuffle/pixel_unshuffle and channel_shuffle (reshape + transpose).
+// Argument errors go to the CPU fallback, which raises eager's error.
+#include <cmath>
+#include <numeric>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::CompareDir;
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+Value C(double v, const Value& like) { return ir::Full(v, like.shape()); }
+Value Eq(const Value& a, const Value& b) { return ir::Compare(CompareDir::kEQ, a, b); }
+Value IsNan(const Value& x) { return ir::Compare(CompareDir::kNE, x, x); }
+
+// cummax/cummin along dim. Eager updates the running value (and its index) when x is NaN or x >= the
+// running max (<= for min), so ties take the later index, and after a NaN the index is the last
+// NaN's. The update positions are where x equals the running reduction (or is NaN); each index is
+// the last update position so far, and the values are read back at those indices (signed zeros as
+// eager's).
+std::vector<Value> CumExtreme(const Value& x, int64_t dim, bool is_max) {
+  if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
+  int64_t d = ir::NormalizeDim(dim, x.rank());
+  Value run = ir::Cumulative(is_max ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, x, d);
+  Value upd = Eq(x, run);
+  if (ir::IsFloating(x.dtype())) upd = ir::Binary(Op::kOr, upd, IsNan(x));
+  ir::Shape is(DType::kS64, x.dims());
+  Value pos = ir::Select(upd, ir::Iota(is, d), ir::Full(0, is));
+  Value idx = ir::Cumulative(ir::ReduceKind::kMax, pos, d);
+  // values = x gathered at idx along d.
+  int r = x.rank();
+  int64_t n = x.shape().numel();
+  std::vector<Value> cols;
+  for (int k = 0; k < r; ++k) cols.push_back(ir::Reshape(k == d ? idx : ir::Iota(is, k), {n, 1}));
+  std::vector<int64_t> all(r), ones(r, 1);
+  std::iota(all.begin(), all.end(), 0);
+  Value vals = ir::Reshape(ir::Gather(x, ir::Concatenate(cols, 1), {}, all, all, 1, ones), x.dims());
+  return {vals, idx};
+}
+
+
+}  // namespace
+
+void AddExtraRows(std::vector<OpRow>& rows) {
+  for (bool is_max : {true, false}) {
+    rows.push_back({is_max ? "cummax" : "cummin", [is_max](OpArgs& a) -> V {
+      Value x = a.V(0);
+      if (ir::IsComplex(x.dtype())) throw NotLowered{};
+      if (x.dtype() == DType::kPred) {  // as 0/1 bytes
+        auto r = CumExtreme(Cast(x, DType::kU8), a.Int(1), is_max);
+        return {Cast(r[0], DType::kPred), r[1]};
+      }
+      return CumExtreme(x, a.Int(1), is_max);
+    }});
+  }
+  rows.push_back({"aminmax", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (ir::IsComplex(x.dtype())) throw NotLowered{};
+    std::optional<int64_t> dim = a.OptInt(1);
+    if (x.shape().numel() == 0 && (!dim || x.rank() == 0 || x.dims()[ir::NormalizeDim(*dim, x.rank())] == 0)) {
+      throw NotLowered{};  // an empty reduction: eager's error
+    }
+    if (x.dtype() == DType::kPred) {  // as 0/1 bytes
+      OpArgs b = a;
+      b.args[0].t.v = Cast(x, DType::kU8);
+      V r = FindOp("aminmax")->fn(b);
+      return {Cast(r[0], DType::kPred), Cast(r[1], DType::kPred)};
+    }
+    bool keepdim = a.Bool(2);
+    if (x.rank() == 0) return {x, x};
+    std::vector<int64_t> dims;
+    if (dim) {
+      dims = {ir::NormalizeDim(*dim, x.rank())};
+    } else {
+      dims.resize(x.rank());
+      std::iota(dims.begin(), dims.end(), 0);
+    }
+    Value mn = ir::Reduce(ir::ReduceKind::kMin, x, dims), mx = ir::Reduce(ir::ReduceKind::kMax, x, dims);
+    if (keepdim) {
+      mn = KeepDims(mn, x.dims(), dims);
+      mx = KeepDims(mx, x.dims(), dims);
+    }
+    return {mn, mx};
+  }});
+  rows.push_back({"diag_embed", [](OpArgs& a) -> V {
+    // out[..., i, j] = x[..., i] where j - i == offset (x[..., j] for a negative offset), then the
+    // two new dims moved to dim1 and dim2.
+    Value x = a.V(0);
+    if (x.rank() == 0) throw NotLowered{};
+    int64_t offset = a.Int(1);
+    int r = x.rank() + 1;
+    int64_t d1 = ir::NormalizeDim(a.Int(2), r), d2 = ir::NormalizeDim(a.Int(3), r);
+    if (d1 == d2) throw NotLowered{};  // eager's error
+    int64_t n = x.dims().back(), m = n + std::abs(offset);
+    std::vector<int64_t> batch(x.dims().begin(), x.dims().end() - 1);
+    std::vector<int64_t> out_dims = batch;
+    out_dims.push_back(m);
+    out_dims.push_back(m);
+    // x padded to m along its last dim (zeros after), broadcast along the other new axis.
+    std::vector<int64_t> lo(x.rank(), 0), hi(x.rank(), 0), in(x.rank(), 0);
+    hi.back() = m - n;
+    Value xp = ir::Pad(x, ir::Constant(0, x.dtype()), lo, hi, in);
+    std::vector<int64_t> bd(batch.size());
+    std::iota(bd.begin(), bd.end(), 0);
+    bd.push_back(offset >= 0 ? r - 2 : r - 1);  // x indexed by i (offset >= 0) or by j
+    Value v = ir::BroadcastInDim(xp, out_dims, bd);
+    ir::Shape s(DType::kS64, out_dims);
+    Value diff = ir::Binary(Op::kSub, ir::Iota(s, r - 1), ir::Iota(s, r - 2));  // j - i
+    Value res = ir::Select(Eq(diff, ir::Full(static_cast<double>(offset), s)), v, ir::Full(0, v.shape()));
+    std::vector<int64_t> perm(r);
+    int64_t next = 0;
+    for (int p = 0; p < r; ++p) perm[p] = p == d1 ? r - 2 : p == d2 ? r - 1 : next++;
+    return {ir::Transpose(res, perm)};
+  }});
+  rows.push_back({"huber_loss", [](OpArgs& a) -> V {
+    Value x = a.V(0), t = a.V(1);
+    DType out = ResultType({&a.T(0), &a.T(1)});
+    if (!ir::IsFloating(out) || x.dtype() != t.dtype()) throw NotLowered{};
+    DType ct = OpMath(out);
+    double delta = a.Double(3);
+    auto dims = BroadcastShapes(x.dims(), t.dims());
+    Value z = ir::Unary(Op::kAbs, ir::Binary(Op::kSub, BroadcastTo(Cast(x, ct), dims), BroadcastTo(Cast(t, ct), dims)));
+    Value l = ir::Select(ir::Compare(CompareDir::kLT, z, C(delta, z)), ir::Binary(Op::kMul, C(0.5, z), ir::Binary(Op::kMul, z, z)),
+                         ir::Binary(Op::kMul, C(delta, z), ir::Binary(Op::kSub, z, C(0.5 * delta, z))));
+    int64_t reduction = a.Int(2);
+    if (reduction != 0 && l.rank() > 0) {
+      std::vector<int64_t> all(l.rank());
+      std::iota(all.begin(), all.end(), 0);
+      Value s = ir::Reduce(ir::ReduceKind::kSum, l, all);
+      l = reduction == 2 ? s : ir::Binary(Op::kDiv, s, C(static_cast<double>(l.shape().numel()), s));
+    }
+    return {Cast(l, out)};
+  }});
+  rows.push_back({"huber_loss_backward", [](OpArgs& a) -> V {
+    // x = self - target; grad * (x <= -delta ? -delta : x >= delta ? delta : x), / numel for the mean.
+    Value g = a.V(0), x = a.V(1), t = a.V(2);
+    if (!ir::IsFloating(x.dtype()) || t.dtype() != x.dtype() || g.dtype() != x.dtype()) throw NotLowered{};
+    DType ct = OpMath(x.dtype());
+    auto dims = BroadcastShapes(BroadcastShapes(x.dims(), t.dims()), g.dims());
+    if (dims != x.dims()) throw NotLowered{};
+    Value d = ir::Binary(Op::kSub, Cast(x, ct), BroadcastTo(Cast(t, ct), dims));
+    Value gc = BroadcastTo(Cast(g, ct), dims);
+    int64_t reduction = a.Int(3);
+    double delta = a.Double(4);
+    double norm = reduction == 1 ? 1.0 / static_cast<double>(x.shape().numel()) : 1.0;
+    Value ng = ir::Binary(Op::kMul, C(norm, gc), gc);
+    Value r = ir::Select(ir::Compare(CompareDir::kLE, d, C(-delta, d)), ir::Binary(Op::kMul, C(-delta, d), ng),
+                         ir::Select(ir::Compare(CompareDir::kGE, d, C(delta, d)), ir::Binary(Op::kMul, C(delta, d), ng),
+                                    ir::Binary(Op::kMul, ir::Binary(Op::kMul, C(norm, d), d), gc)));
+    return {Cast(r, x.dtype())};
+  }});
+  for (bool up : {true, false}) {
+    rows.push_back({up ? "pixel_shuffle" : "pixel_unshuffle", [up](OpArgs& a) -> V {
+      Value x = a.V(0);
+      int64_t f = a.Int(1);
+      int r = x.rank();
+      if (r < 3 || f <= 0) throw NotLowered{};
+      std::vector<int64_t> b(x.dims().begin(), x.dims().end() - 3);
+      int64_t c = x.dims()[r - 3], h = x.dims()[r - 2], w = x.dims()[r - 1];
+      int nb = static_cast<int>(b.size());
+      std::vector<int64_t> split = b, perm(nb), out = b;
+      std::iota(perm.begin(), perm.end(), 0);
+      if (up) {
+        if (c % (f * f)) throw NotLowered{};
+        // [*, C, f, f, H, W] -> [*, C, H, f, W, f]
+        for (int64_t v : {c / (f * f), f, f, h, w}) split.push_back(v);
+        for (int k : {0, 3, 1, 4, 2}) perm.push_back(nb + k);
+        for (int64_t v : {c / (f * f), h * f, w * f}) out.push_back(v);
+      } else {
+        if (h % f || w % f) throw NotLowered{};
+        // [*, C, H, f, W, f] -> [*, C, f, f, H, W]
+        for (int64_t v : {c, h / f, f, w / f, f}) split.push_back(v);
+        for (int k : {0, 2, 4, 1, 3}) perm.push_back(nb + k);
+        for (int64_t v : {c * f * f, h / f, w / f}) out.push_back(v);
+      }
+      return {ir::Reshape(ir::Transpose(ir::Reshape(x, split), perm), out)};
+    }});
+  }
+  rows.push_back({"channel_shuffle", [](OpArgs& a) -> V {
+    // [N, C, *] -> [N, g, C/g, *] -> swap g and C/g -> [N, C, *].
+    Value x = a.V(0);
+    int64_t g = a.Int(1);
+    if (x.rank() < 3 || g <= 0 || x.dims()[1] % g) throw NotLowered{};
+    std::vector<int64_t> split = {x.dims()[0], g, x.dims()[1] / g};
+    std::vector<int64_t> perm = {0, 2, 1};
+    for (int k = 2; k < x.rank(); ++k) {
+      split.push_back(x.dims()[k]);
+      perm.push_back(k + 1);
+    }
+    return {ir::Reshape(ir::Transpose(ir::Reshape(x, split), perm), x.dims())};
+  }});
+}
+
+}  // namespace txla::ops
