@@ -324,6 +324,14 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.pixel_unshuffle", ""): ("pixel_unshuffle",),
     ("nn.functional.channel_shuffle", ""): ("channel_shuffle",),
     ("addbmm", ""): ("addbmm",),
+    # pooling and resampling in 1-d/3-d (rows_conv.cc, rows_index.cc)
+    ("nn.functional.max_pool3d", ""): ("max_pool3d_with_indices", "max_pool3d_with_indices_backward"),
+    ("nn.functional.avg_pool3d", ""): ("avg_pool3d", "avg_pool3d_backward"),
+    ("nn.functional.adaptive_avg_pool3d", ""): ("_adaptive_avg_pool3d", "_adaptive_avg_pool3d_backward"),
+    ("nn.functional.adaptive_max_pool2d", ""): ("adaptive_max_pool2d", "adaptive_max_pool2d_backward"),
+    ("nn.functional.interpolate", "linear"): ("upsample_linear1d", "upsample_linear1d_backward"),
+    ("nn.functional.interpolate", "trilinear"): ("upsample_trilinear3d", "upsample_trilinear3d_backward"),
+    ("nn.functional.interpolate", "bicubic"): ("upsample_bicubic2d", "upsample_bicubic2d_backward"),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.

@@ -275,3 +275,61 @@ def test_huber_pixel_channel_shuffle():
     check(lambda v: torch.nn.functional.pixel_unshuffle(v, 2), y.reshape(2, 9, 6, 4), exact=True,
           no_fallback=("pixel_unshuffle",))
     check(lambda v: torch.nn.functional.channel_shuffle(v, 3), y, exact=True, no_fallback=("channel_shuffle",))
+
+
+# ---------------------------------------------------------------- pooling and resampling
+def _grad_check(fn, x, rtol=1e-5, atol=2e-5):
+    outs = []
+    for dev in ("cpu", X):
+        a = x.detach().clone().to(dev).requires_grad_()
+        y = fn(a)
+        w = torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(dev)
+        outs.append((y.detach().cpu(), torch.autograd.grad((y * w).sum(), a)[0].cpu()))
+    torch.testing.assert_close(outs[1], outs[0], rtol=rtol, atol=atol, equal_nan=True)
+
+
+def test_pool3d_and_adaptive():
+    F = torch.nn.functional
+    x = torch.randn(2, 3, 7, 6, 5)
+    x[0, 0, 1, 1, 1] = math.nan
+    x[1, 2, 3, 3, 3] = math.inf
+    check(lambda t: F.max_pool3d(t, 3, 2, 1, return_indices=True), x, exact=True,
+          no_fallback=("max_pool3d_with_indices",))
+    check(lambda t: F.max_pool3d(t, (2, 3, 2), (1, 2, 2), 0, 2, ceil_mode=True), x, exact=True)
+    y = torch.randn(2, 3, 7, 6, 5)
+    _grad_check(lambda t: F.max_pool3d(t, 3, 2, 1), y)
+    for kw in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, ceil_mode=True, count_include_pad=False),
+               dict(kernel_size=3, stride=1, padding=1, divisor_override=5)):
+        check(lambda t: F.avg_pool3d(t, **kw), y, rtol=1e-5, atol=1e-5, no_fallback=("avg_pool3d",))
+        _grad_check(lambda t: F.avg_pool3d(t, **kw), y)
+    for os in ((3, 2, 4), (7, 6, 5), (1, 1, 1), (2, 4, 3)):
+        check(lambda t: F.adaptive_avg_pool3d(t, os), y, rtol=1e-5, atol=1e-5, no_fallback=("_adaptive_avg_pool3d",))
+        _grad_check(lambda t: F.adaptive_avg_pool3d(t, os), y)
+    z = torch.randn(2, 3, 7, 9)
+    z[0, 0, 2, 2] = math.nan
+    z[1, 1, :, :] = 1.0  # ties: the first position wins
+    for os in ((3, 4), (7, 9), (1, 1), (5, 2)):
+        check(lambda t: F.adaptive_max_pool2d(t, os, return_indices=True), z, exact=True,
+              no_fallback=("adaptive_max_pool2d",))
+        _grad_check(lambda t: F.adaptive_max_pool2d(t, os), torch.randn(2, 3, 7, 9))
+
+
+def test_upsample_linear_trilinear_bicubic():
+    F = torch.nn.functional
+    x1, x3, x2 = torch.randn(2, 3, 7), torch.randn(1, 2, 3, 4, 5), torch.randn(2, 3, 5, 6)
+    for ac in (False, True):
+        for size in (4, 11):
+            f = lambda t: F.interpolate(t, size=size, mode="linear", align_corners=ac)  # noqa: E731
+            check(f, x1, rtol=1e-5, atol=1e-5, no_fallback=("upsample_linear1d",))
+            _grad_check(f, x1)
+        f = lambda t: F.interpolate(t, size=(5, 3, 8), mode="trilinear", align_corners=ac)  # noqa: E731
+        check(f, x3, rtol=1e-5, atol=1e-5, no_fallback=("upsample_trilinear3d",))
+        _grad_check(f, x3)
+        for size in ((9, 4), (3, 13)):
+            f = lambda t: F.interpolate(t, size=size, mode="bicubic", align_corners=ac)  # noqa: E731
+            check(f, x2, rtol=1e-5, atol=1e-5, no_fallback=("upsample_bicubic2d",))
+            _grad_check(f, x2)
+    f = lambda t: F.interpolate(t, scale_factor=1.7, mode="bicubic")  # noqa: E731
+    check(f, x2, rtol=1e-5, atol=1e-5, no_fallback=("upsample_bicubic2d",))
+    x2[0, 0, 2, 2] = math.inf  # eager's arithmetic: a zero weight times inf is NaN, as on the CPU
+    check(lambda t: F.interpolate(t, size=(10, 12), mode="bicubic"), x2, rtol=1e-5, atol=1e-5)

@@ -640,6 +640,81 @@ OpFn ReduceBool(ir::ReduceKind kind, bool with_dim) {
 
 }  // namespace
 
+// x's dim `dim` (size I) mapped through m [O, I]: the result has O at `dim`.
+Value ThroughMatrix(const Value& x, int64_t dim, const Value& m) {
+  Value y = ir::DotGeneral(x, m, {}, {}, {dim}, {1}, x.dtype());  // [x's other dims..., O]
+  int r = x.rank();
+  std::vector<int64_t> perm;
+  for (int p = 0; p < r; ++p) perm.push_back(p < dim ? p : p == dim ? r - 1 : p - 1);
+  return ir::Transpose(y, perm);
+}
+
+// Bicubic taps along one dim (eager's upsample_bicubic2d: A = -0.75, source index not clamped at
+// 0, taps at clamp(floor(src) - 1 + k, 0, in - 1)): indices [4][out] (i64) and weights [4][out].
+struct CubicTaps {
+  Value idx[4], w[4];
+};
+CubicTaps CubicTapsOf(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+  ir::Shape fs(t, {out});
+  auto C = [&](double v) { return ir::Full(v, fs); };
+  Value o = ir::Iota(fs, 0);
+  Value src;
+  if (align_corners) {
+    double s = out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
+    src = ir::Binary(Op::kMul, C(s), o);
+  } else {
+    double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
+    src = ir::Binary(Op::kSub, ir::Binary(Op::kMul, C(s), ir::Binary(Op::kAdd, o, C(0.5))), C(0.5));
+  }
+  Value fl = ir::Unary(Op::kFloor, src);
+  Value tt = ir::Binary(Op::kSub, src, fl);
+  const double A = -0.75;
+  auto mul = [](const Value& a, const Value& b) { return ir::Binary(Op::kMul, a, b); };
+  auto add = [](const Value& a, const Value& b) { return ir::Binary(Op::kAdd, a, b); };
+  auto sub = [](const Value& a, const Value& b) { return ir::Binary(Op::kSub, a, b); };
+  // cubic_convolution1(x) = ((A + 2) x - (A + 3)) x x + 1; cubic_convolution2(x) = ((A x - 5A) x + 8A) x - 4A
+  auto c1 = [&](const Value& x) { return add(mul(mul(sub(mul(C(A + 2), x), C(A + 3)), x), x), C(1)); };
+  auto c2 = [&](const Value& x) { return sub(mul(add(mul(sub(mul(C(A), x), C(5 * A)), x), C(8 * A)), x), C(4 * A)); };
+  CubicTaps c;
+  c.w[0] = c2(add(tt, C(1)));
+  c.w[1] = c1(tt);
+  Value one_m = sub(C(1), tt);
+  c.w[2] = c1(one_m);
+  c.w[3] = c2(add(one_m, C(1)));
+  ir::Shape is(DType::kS64, {out});
+  Value base = ir::Convert(fl, DType::kS64);
+  for (int k = 0; k < 4; ++k) {
+    c.idx[k] = ir::Clamp(ir::Full(0, is), ir::Binary(Op::kAdd, base, ir::Full(k - 1, is)), ir::Full(static_cast<double>(in - 1), is));
+  }
+  return c;
+}
+
+// Bicubic resampling along one dim: sum_k w_k * x[idx_k] (eager's arithmetic: 0 * inf stays NaN).
+Value Cubic1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale) {
+  CubicTaps c = CubicTapsOf(out, x.dims()[dim], align_corners, scale, x.dtype());
+  std::vector<int64_t> od = x.dims();
+  od[dim] = out;
+  Value sum;
+  for (int k = 0; k < 4; ++k) {
+    Value term = ir::Binary(Op::kMul, GatherAlong(x, dim, c.idx[k]), ir::BroadcastInDim(c.w[k], od, {dim}));
+    sum = sum ? ir::Binary(Op::kAdd, sum, term) : term;
+  }
+  return sum;
+}
+
+// [out, in] matrix of bicubic resampling along one dim (clamped taps add up).
+Value CubicMatrix(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+  CubicTaps c = CubicTapsOf(out, in, align_corners, scale, t);
+  ir::Shape ms(DType::kS64, {out, in});
+  Value col = ir::Iota(ms, 1);
+  Value m = ir::Full(0, ir::Shape(t, {out, in}));
+  for (int k = 0; k < 4; ++k) {
+    Value hit = ir::Compare(CompareDir::kEQ, col, ir::BroadcastInDim(c.idx[k], {out, in}, {0}));
+    m = ir::Binary(Op::kAdd, m, ir::Select(hit, ir::BroadcastInDim(c.w[k], {out, in}, {0}), ir::Full(0, m.shape())));
+  }
+  return m;
+}
+
 void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"tril", [](OpArgs& a) -> V { return {Triangle(a.V(0), a.Int(1), true)}; }});
   rows.push_back({"triu", [](OpArgs& a) -> V { return {Triangle(a.V(0), a.Int(1), false)}; }});
@@ -1137,6 +1212,61 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     }
     Value y = Linear1d(Linear1d(Cast(x, ct), r - 2, os[0], ac, OptD(a, 3)), r - 1, os[1], ac, OptD(a, 4));
     return {Cast(y, x.dtype())};
+  }});
+  // Linear (1-d) and trilinear (3-d) resampling: Linear1d along each dim; the gradients through the
+  // transposed interpolation matrices.
+  for (int nsp : {1, 3}) {
+    std::string name = nsp == 1 ? "upsample_linear1d" : "upsample_trilinear3d";
+    rows.push_back({name, [nsp](OpArgs& a) -> V {
+      Value x = a.V(0);
+      const auto& os = a.Ints(1);
+      bool ac = a.Bool(2);
+      int r = x.rank();
+      if (r != nsp + 2 || static_cast<int>(os.size()) != nsp || !ir::IsFloating(x.dtype())) throw NotLowered{};
+      for (int i = 0; i < nsp; ++i) if (os[i] <= 0 || x.dims()[r - nsp + i] == 0) throw NotLowered{};
+      if (x.shape().numel() == 0) throw NotLowered{};
+      DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      Value y = Cast(x, ct);
+      for (int i = 0; i < nsp; ++i) y = Linear1d(y, r - nsp + i, os[i], ac, OptD(a, 3 + i));
+      return {Cast(y, x.dtype())};
+    }});
+    rows.push_back({name + "_backward", [nsp](OpArgs& a) -> V {
+      Value g = a.V(0);
+      const auto& os = a.Ints(1);
+      const auto& is = a.Ints(2);
+      bool ac = a.Bool(3);
+      if (!ir::IsFloating(g.dtype())) throw NotLowered{};
+      DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      Value y = Cast(g, ct);
+      for (int i = 0; i < nsp; ++i) {
+        int64_t d = 2 + i;
+        y = ThroughMatrix(y, d, ir::Transpose(LinearMatrix(os[i], is[d], ac, OptD(a, 4 + i), ct), {1, 0}));
+      }
+      return {Cast(y, g.dtype())};
+    }});
+  }
+  rows.push_back({"upsample_bicubic2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& os = a.Ints(1);
+    bool ac = a.Bool(2);
+    int r = x.rank();
+    if (r != 4 || os.size() != 2 || !ir::IsFloating(x.dtype()) || x.shape().numel() == 0 || os[0] <= 0 || os[1] <= 0) {
+      throw NotLowered{};
+    }
+    DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    // Eager interpolates along W first (four rows), then along H.
+    Value y = Cubic1d(Cubic1d(Cast(x, ct), 3, os[1], ac, OptD(a, 4)), 2, os[0], ac, OptD(a, 3));
+    return {Cast(y, x.dtype())};
+  }});
+  rows.push_back({"upsample_bicubic2d_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0);
+    const auto& os = a.Ints(1);
+    const auto& is = a.Ints(2);
+    bool ac = a.Bool(3);
+    if (!ir::IsFloating(g.dtype())) throw NotLowered{};
+    DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value ah = CubicMatrix(os[0], is[2], ac, OptD(a, 4), ct), aw = CubicMatrix(os[1], is[3], ac, OptD(a, 5), ct);
+    return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
   }});
   rows.push_back({"upsample_bilinear2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);
