@@ -333,3 +333,45 @@ def test_upsample_linear_trilinear_bicubic():
     check(f, x2, rtol=1e-5, atol=1e-5, no_fallback=("upsample_bicubic2d",))
     x2[0, 0, 2, 2] = math.inf  # eager's arithmetic: a zero weight times inf is NaN, as on the CPU
     check(lambda t: F.interpolate(t, size=(10, 12), mode="bicubic"), x2, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- random fills
+def test_random_fills_distributions():
+    torch.manual_seed(0)
+    before = {n: met.counter_value(f"aten::{n}") or 0 for n in ("exponential", "cauchy", "geometric", "log_normal")}
+    e = torch.empty(20000, device=X).exponential_(2.0).cpu()
+    assert e.min() >= 0 and abs(e.mean().item() - 0.5) < 0.03
+    c = torch.empty(20000, device=X).cauchy_(1.0, 2.0).cpu()
+    assert abs(c.median().item() - 1.0) < 0.1 and abs((c - 1).abs().median().item() - 2.0) < 0.15
+    g = torch.empty(20000, device=X, dtype=torch.int64).geometric_(0.25).cpu()
+    assert g.dtype == torch.int64 and g.min() >= 1 and abs(g.float().mean().item() - 4.0) < 0.15
+    ln = torch.empty(20000, device=X, dtype=torch.float64).log_normal_(0.5, 0.3).cpu()
+    assert ln.dtype == torch.float64 and abs(ln.log().mean().item() - 0.5) < 0.02 and abs(ln.log().std().item() - 0.3) < 0.02
+    for n, v in before.items():
+        assert (met.counter_value(f"aten::{n}") or 0) == v, f"aten::{n} ran on the CPU fallback"
+    for bad, msg in ((lambda t: t.exponential_(-1.0), "lambda > 0"), (lambda t: t.geometric_(1.5), r"p to be in \(0, 1\)"),
+                     (lambda t: t.log_normal_(1.0, -1.0), "std > 0"), (lambda t: t.cauchy_(0.0, 0.0), "sigma > 0")):
+        with pytest.raises(RuntimeError, match=msg):
+            bad(torch.empty(3, device=X))
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.empty(3, dtype=torch.int64, device=X).exponential_()
+
+
+def test_multinomial():
+    torch.manual_seed(0)
+    before = met.counter_value("aten::multinomial") or 0
+    p = torch.tensor([0.1, 0.0, 0.6, 0.3])
+    m = torch.multinomial(p.to(X), 20000, True).cpu()
+    assert m.dtype == torch.int64 and m.shape == (20000,)
+    torch.testing.assert_close(torch.bincount(m, minlength=4) / 20000, p, atol=0.015, rtol=0)
+    m = torch.multinomial(torch.stack([p] * 4000).to(X), 3).cpu()
+    assert m.shape == (4000, 3) and all(len(set(r)) == 3 for r in m.tolist())
+    first = torch.bincount(m[:, 0], minlength=4) / 4000
+    torch.testing.assert_close(first, p, atol=0.025, rtol=0)
+    assert (met.counter_value("aten::multinomial") or 0) == before
+    with pytest.raises(RuntimeError, match="element < 0"):
+        torch.multinomial(torch.tensor([1.0, -1.0], device=X), 1).cpu()
+    with pytest.raises(RuntimeError, match="sum of probabilities"):
+        torch.multinomial(torch.zeros(3, device=X), 1, True).cpu()
+    with pytest.raises(RuntimeError, match="without replacement"):
+        torch.multinomial(torch.ones(3, device=X), 4)

@@ -1,10 +1,13 @@
 // Op table rows PyTorch/XLA lowers that the OpInfo survey found on the CPU fallback (issue #8,
 // op-lowering remainder): cummax/cummin (eager's tie and NaN rules), aminmax, diag_embed,
-// huber_loss (+ backward), pixel_shuffle/pixel_unshuffle and channel_shuffle (reshape + transpose).
+// huber_loss (+ backward), pixel_shuffle/pixel_unshuffle and channel_shuffle (reshape + transpose),
+// the random fills exponential/cauchy/geometric/log_normal and multinomial (the device RNG, as the
+// other random rows: same distributions as eager, not the same draws).
 // Argument errors go to the CPU fallback, which raises eager's error.
 #include <cmath>
 #include <numeric>
 
+#include "graph/graph.h"
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -45,9 +48,123 @@ std::vector<Value> CumExtreme(const Value& x, int64_t dim, bool is_max) {
 }
 
 
+// Uniform [0, 1) draws in the compute type of `like` (f64 for f64, else f32).
+Value Uniform01(const Value& like, int device) {
+  DType ct = like.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  return RandomUniform(ir::Shape(ct, like.dims()), device);
+}
+
+std::string Num(double v) {
+  std::string s = std::to_string(v);
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  while (!s.empty() && s.back() == '0') s.pop_back();
+  return s;
+}
+
 }  // namespace
 
+static void AddExtraRandomRows(std::vector<OpRow>& rows) {
+  auto floating = [](OpArgs& a, const char* what) {
+    DType t = a.V(0).dtype();
+    if (!ir::IsFloating(t)) {
+      a.Fail(std::string(what) + " distribution is a continuous probability distribution. dtype must be a floating "
+             "point but you specified " + ScalarTypeName(t));
+    }
+  };
+  rows.push_back({"exponential", [floating](OpArgs& a) -> V {
+    double lambd = a.Double(1);
+    if (!(lambd > 0)) a.Fail("exponential_ expects lambda > 0.0, but found lambda=" + Num(lambd));
+    floating(a, "Exponential");
+    Value u = Uniform01(a.V(0), a.device);
+    Value r = ir::Binary(Op::kDiv, ir::Unary(Op::kNeg, ir::Unary(Op::kLog1p, ir::Unary(Op::kNeg, u))), C(lambd, u));
+    return {Cast(r, a.V(0).dtype())};
+  }});
+  rows.push_back({"cauchy", [floating](OpArgs& a) -> V {
+    double median = a.Double(1), sigma = a.Double(2);
+    if (!(sigma > 0)) a.Fail("cauchy_ expects sigma > 0.0, but found sigma=" + Num(sigma));
+    floating(a, "Cauchy");
+    Value u = Uniform01(a.V(0), a.device);
+    Value t = ir::Unary(Op::kTan, ir::Binary(Op::kMul, C(M_PI, u), ir::Binary(Op::kSub, u, C(0.5, u))));
+    return {Cast(ir::Binary(Op::kAdd, C(median, u), ir::Binary(Op::kMul, C(sigma, u), t)), a.V(0).dtype())};
+  }});
+  rows.push_back({"log_normal", [floating](OpArgs& a) -> V {
+    double mean = a.Double(1), std = a.Double(2);
+    if (!(std > 0)) a.Fail("log_normal_ expects std > 0.0, but found std=" + Num(std));
+    floating(a, "LogNormal");
+    DType ct = a.V(0).dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value n = RandomNormal(ir::Shape(ct, a.V(0).dims()), a.device);
+    Value r = ir::Unary(Op::kExp, ir::Binary(Op::kAdd, C(mean, n), ir::Binary(Op::kMul, C(std, n), n)));
+    return {Cast(r, a.V(0).dtype())};
+  }});
+  rows.push_back({"geometric", [](OpArgs& a) -> V {
+    // The number of Bernoulli(p) trials up to the first success: ceil(log(1 - u) / log1p(-p)) >= 1.
+    double p = a.Double(1);
+    if (!(p > 0 && p < 1)) a.Fail("geometric_ expects p to be in (0, 1), but got p=" + Num(p));
+    Value self = a.V(0);
+    if (self.dtype() == DType::kPred || ir::IsComplex(self.dtype())) throw NotLowered{};
+    ir::Shape s(DType::kF64, self.dims());
+    Value u = RandomUniform(s, a.device);
+    Value k = ir::Unary(Op::kCeil, ir::Binary(Op::kDiv, ir::Unary(Op::kLog1p, ir::Unary(Op::kNeg, u)),
+                                              ir::Full(std::log1p(-p), s)));
+    k = ir::Binary(Op::kMax, k, ir::Full(1, s));
+    return {Cast(k, self.dtype())};
+  }});
+  rows.push_back({"multinomial", [](OpArgs& a) -> V {
+    Value p = a.V(0);
+    int64_t n = a.Int(1);
+    bool replacement = a.Bool(2);
+    if (!ir::IsFloating(p.dtype()) || (p.rank() != 1 && p.rank() != 2) || n <= 0) throw NotLowered{};  // eager's errors
+    int64_t k = p.dims().back();
+    if (k == 0 || (!replacement && n > k)) throw NotLowered{};
+    int r = p.rank();
+    DType ct = p.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value pc = Cast(p, ct);
+    std::vector<int64_t> all(r);
+    std::iota(all.begin(), all.end(), 0);
+    Value ok = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGE, pc, C(0, pc)), ir::Unary(Op::kIsFinite, pc));
+    graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all),
+                    "probability tensor contains either `inf`, `nan` or element < 0", a.device, true);
+    Value total = ir::Reduce(ir::ReduceKind::kSum, pc, {static_cast<int64_t>(r - 1)});
+    std::vector<int64_t> rows_dims;
+    for (int i = 0; i < total.rank(); ++i) rows_dims.push_back(i);
+    Value pos = ir::Compare(CompareDir::kGT, total, C(0, total));
+    graph::AddCheck(total.rank() ? ir::Reduce(ir::ReduceKind::kAnd, pos, rows_dims) : pos,
+                    "invalid multinomial distribution (sum of probabilities <= 0)", a.device, true);
+    std::vector<int64_t> out_dims = p.dims();
+    out_dims.back() = n;
+    if (!replacement) {
+      // Gumbel top-n: keys log(p) - log(-log(u)); zero probabilities come last.
+      Value u = RandomUniform(pc.shape(), a.device);
+      Value g = ir::Unary(Op::kNeg, ir::Unary(Op::kLog, ir::Unary(Op::kNeg, ir::Unary(Op::kLog, u))));
+      Value keys = ir::Binary(Op::kAdd, ir::Unary(Op::kLog, pc), g);
+      ir::Shape is(DType::kS64, pc.dims());
+      auto sorted = ir::Sort({keys, ir::Iota(is, r - 1)}, r - 1, /*descending=*/true, /*stable=*/true);
+      std::vector<int64_t> st(r, 0), lim = pc.dims(), str(r, 1);
+      lim.back() = n;
+      return {ir::Slice(sorted[1], st, lim, str)};
+    }
+    // Inverse CDF: the sample is the number of cumulative sums <= u * total.
+    Value cdf = ir::Cumulative(ir::ReduceKind::kSum, pc, r - 1);
+    ir::Shape us(ct, out_dims);
+    Value u = RandomUniform(us, a.device);
+    std::vector<int64_t> keep;
+    for (int i = 0; i < r - 1; ++i) keep.push_back(i);
+    Value v = ir::Binary(Op::kMul, u, ir::BroadcastInDim(total, out_dims, keep));
+    // [.., n, k] comparisons.
+    std::vector<int64_t> cmp_dims = out_dims;
+    cmp_dims.push_back(k);
+    std::vector<int64_t> vd, cd;
+    for (int i = 0; i < r; ++i) vd.push_back(i);
+    for (int i = 0; i < r - 1; ++i) cd.push_back(i);
+    cd.push_back(r);
+    Value le = ir::Compare(CompareDir::kLE, ir::BroadcastInDim(cdf, cmp_dims, cd), ir::BroadcastInDim(v, cmp_dims, vd));
+    Value cnt = ir::Reduce(ir::ReduceKind::kSum, Cast(le, DType::kS64), {static_cast<int64_t>(r)});
+    return {ir::Binary(Op::kMin, cnt, ir::Full(static_cast<double>(k - 1), cnt.shape()))};
+  }});
+}
+
 void AddExtraRows(std::vector<OpRow>& rows) {
+  AddExtraRandomRows(rows);
   for (bool is_max : {true, false}) {
     rows.push_back({is_max ? "cummax" : "cummin", [is_max](OpArgs& a) -> V {
       Value x = a.V(0);
