@@ -332,6 +332,13 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.interpolate", "linear"): ("upsample_linear1d", "upsample_linear1d_backward"),
     ("nn.functional.interpolate", "trilinear"): ("upsample_trilinear3d", "upsample_trilinear3d_backward"),
     ("nn.functional.interpolate", "bicubic"): ("upsample_bicubic2d", "upsample_bicubic2d_backward"),
+    ("nn.functional.group_norm", ""): ("native_group_norm_backward",),
+    ("bucketize", ""): ("bucketize.Tensor",),
+    ("searchsorted", ""): ("searchsorted.Tensor", "searchsorted.Scalar"),
+    ("nn.functional.max_unpool2d", ""): ("max_unpool2d",),
+    ("nn.functional.max_unpool2d", "grad"): ("max_unpool2d",),
+    ("nn.functional.max_unpool3d", ""): ("max_unpool3d",),
+    ("nn.functional.max_unpool3d", "grad"): ("max_unpool3d",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.
@@ -347,6 +354,7 @@ NO_EXTRA_DTYPES = {
     "expand_copy", "narrow", "diagonal", "diagonal_copy", "squeeze_copy", "unsqueeze_copy", "alias_copy", "split_with_sizes",
     "split_with_sizes_copy", "chunk", "true_divide", "addmm", "dot", "nn.functional.linear", "full_like",
     "new_full", "zeros", "empty",
+    "nn.functional.group_norm",  # its row is the backward, run for float32 (gradients) only
 }
 EXTRA_DTYPES = (torch.bfloat16, torch.int64, torch.bool)
 

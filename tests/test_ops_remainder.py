@@ -375,3 +375,58 @@ def test_multinomial():
         torch.multinomial(torch.zeros(3, device=X), 1, True).cpu()
     with pytest.raises(RuntimeError, match="without replacement"):
         torch.multinomial(torch.ones(3, device=X), 4)
+
+
+# ---------------------------------------------------------------- search, unpool, group norm backward
+def test_bucketize_searchsorted():
+    b = torch.tensor([1.0, 2.0, 2.0, 3.0])
+    x = torch.tensor([[math.nan, 2.0, 0.0], [5.0, -math.inf, 3.0]])
+    for right in (False, True):
+        for int32 in (False, True):
+            check(lambda t, s: torch.bucketize(t, s, right=right, out_int32=int32), x, b, exact=True,
+                  no_fallback=("bucketize",))
+            check(lambda s, t: torch.searchsorted(s, t, right=right, out_int32=int32), b, x, exact=True,
+                  no_fallback=("searchsorted",))
+    seq = torch.sort(torch.randn(3, 6), dim=1).values
+    vals = torch.randn(3, 4)
+    check(lambda s, t: torch.searchsorted(s, t, side="right"), seq, vals, exact=True, no_fallback=("searchsorted",))
+    perm = torch.argsort(torch.randn(3, 6), dim=1)
+    unsorted = seq.gather(1, torch.argsort(perm, dim=1))
+    check(lambda s, t, p: torch.searchsorted(s, t, sorter=p), unsorted, vals, perm, exact=True,
+          no_fallback=("searchsorted",))
+    check(lambda s: torch.searchsorted(s, 2), b, exact=True, no_fallback=("searchsorted",))
+    check(lambda s: torch.searchsorted(s, 2.5, right=True), torch.tensor([1, 2, 3, 4]), exact=True)
+
+
+def test_max_unpool():
+    F = torch.nn.functional
+    x = torch.randn(2, 3, 6, 8)
+    y, i = F.max_pool2d(x, 2, return_indices=True)
+    check(lambda a, b: F.max_unpool2d(a, b, 2), y, i, exact=True, no_fallback=("max_unpool2d",))
+    check(lambda a, b: F.max_unpool2d(a, b, 2, output_size=(7, 9)), y, i, exact=True, no_fallback=("max_unpool2d",))
+    x3 = torch.randn(1, 2, 4, 4, 6)
+    y3, i3 = F.max_pool3d(x3, 2, return_indices=True)
+    check(lambda a, b: F.max_unpool3d(a, b, 2), y3, i3, exact=True, no_fallback=("max_unpool3d",))
+    with pytest.raises(RuntimeError, match="invalid max index"):
+        F.max_unpool2d(y.to(X), (i + 100).to(X), 2).cpu()
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_backward(affine):
+    x = torch.randn(3, 6, 5, 4) * 2 + 1
+    gn = torch.nn.GroupNorm(3, 6, affine=affine)
+    if affine:
+        with torch.no_grad():
+            gn.weight.normal_()
+            gn.bias.normal_()
+    before = met.counter_value("aten::native_group_norm_backward") or 0
+    res = []
+    for dev in ("cpu", X):
+        m = gn.to(dev)
+        a = x.to(dev).requires_grad_()
+        out = m(a)
+        w = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(dev)
+        params = [a] + ([m.weight, m.bias] if affine else [])
+        res.append([g.cpu() for g in torch.autograd.grad((out * w).sum(), params)])
+    torch.testing.assert_close(res[1], res[0], rtol=1e-5, atol=2e-5)
+    assert (met.counter_value("aten::native_group_norm_backward") or 0) == before

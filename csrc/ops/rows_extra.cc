@@ -163,8 +163,167 @@ static void AddExtraRandomRows(std::vector<OpRow>& rows) {
   }});
 }
 
+// The insertion points of x into sorted rows of `seq` (last dim), as eager's binary search: the
+// number of entries e with !(e >= x) (left) or !(e > x) (right), so NaN goes last.
+Value SearchSorted(const Value& seq, const Value& x, bool right, bool int32) {
+  int64_t b = seq.dims().back();
+  std::vector<int64_t> cmp = x.dims();
+  cmp.push_back(b);
+  int r = x.rank();
+  std::vector<int64_t> xd(r), sd;
+  std::iota(xd.begin(), xd.end(), 0);
+  if (seq.rank() == 1) {
+    sd = {r};
+  } else {
+    for (int i = 0; i < r - 1; ++i) sd.push_back(i);
+    sd.push_back(r);
+  }
+  Value e = ir::BroadcastInDim(seq, cmp, sd), v = ir::BroadcastInDim(x, cmp, xd);
+  Value hit = ir::Compare(right ? CompareDir::kGT : CompareDir::kGE, e, v);
+  Value before = ir::Select(hit, ir::Full(0, ir::Shape(DType::kS64, cmp)), ir::Full(1, ir::Shape(DType::kS64, cmp)));
+  return Cast(ir::Reduce(ir::ReduceKind::kSum, before, {static_cast<int64_t>(r)}), int32 ? DType::kS32 : DType::kS64);
+}
+
+// max_unpool: zeros of the output size, each input value written at its flat per-plane index.
+Value MaxUnpool(OpArgs& a, int nsp) {
+  Value x = a.V(0), idx = a.V(1);
+  const auto& os = a.Ints(2);
+  int r = x.rank();
+  if ((r != nsp + 1 && r != nsp + 2) || idx.dims() != x.dims() || idx.dtype() != DType::kS64 ||
+      static_cast<int>(os.size()) != nsp) {
+    throw NotLowered{};  // eager's errors
+  }
+  int64_t planes = 1, area = 1, m = 1;
+  for (int i = 0; i < r - nsp; ++i) planes *= x.dims()[i];
+  for (int64_t o : os) area *= o;
+  for (int i = r - nsp; i < r; ++i) m *= x.dims()[i];
+  std::vector<int64_t> od(x.dims().begin(), x.dims().end() - nsp);
+  for (int64_t o : os) od.push_back(o);
+  if (planes * area == 0) return ir::Full(0, ir::Shape(x.dtype(), od));
+  if (planes * m == 0) return ir::Full(0, ir::Shape(x.dtype(), od));
+  CheckIndexRange(idx, 0, area, "Found an invalid max index (output volumes are of size " + [&] {
+    std::string t;
+    for (size_t i = 0; i < os.size(); ++i) t += (i ? "x" : "") + std::to_string(os[i]);
+    return t;
+  }() + ")", a.device, std::nullopt, /*runtime_error=*/true);
+  ir::Shape is(DType::kS64, {planes, m});
+  Value both = ir::Concatenate({ir::Reshape(ir::Iota(is, 0), {planes * m, 1}), ir::Reshape(idx, {planes * m, 1})}, 1);
+  Value g = ir::Scatter(ir::Full(0, ir::Shape(x.dtype(), {planes, area})), both, ir::Reshape(x, {planes * m}), {},
+                        {0, 1}, {0, 1}, 1, 0);
+  return ir::Reshape(g, od);
+}
+
 void AddExtraRows(std::vector<OpRow>& rows) {
   AddExtraRandomRows(rows);
+  rows.push_back({"max_unpool2d", [](OpArgs& a) -> V { return {MaxUnpool(a, 2)}; }});
+  rows.push_back({"max_unpool3d", [](OpArgs& a) -> V { return {MaxUnpool(a, 3)}; }});
+  rows.push_back({"bucketize.Tensor", [](OpArgs& a) -> V {
+    Value x = a.V(0), b = a.V(1);
+    if (b.rank() != 1 || b.dtype() != x.dtype() || ir::IsComplex(x.dtype()) || x.dtype() == DType::kPred) throw NotLowered{};
+    if (x.shape().numel() * std::max<int64_t>(b.dims()[0], 1) > (int64_t{1} << 26)) throw NotLowered{};
+    if (b.dims()[0] == 0) return {ir::Full(0, ir::Shape(a.Bool(2) ? DType::kS32 : DType::kS64, x.dims()))};
+    return {SearchSorted(b, x, a.Bool(3), a.Bool(2))};
+  }});
+  rows.push_back({"searchsorted.Scalar", [](OpArgs& a) -> V {
+    // The scalar as a 0-d tensor; both compared in their common dtype.
+    DType t = ResultType({&a.T(0)}, {&a.S(1)});
+    OpArgs b = a;
+    b.args[0].t.v = Cast(a.V(0), t);
+    b.args[1].kind = Arg::kTensor;
+    b.args[1].t.v = ScalarV(a.S(1), t, a.device);
+    b.args[1].t.wrapped_number = false;
+    return FindOp("searchsorted.Tensor")->fn(b);
+  }});
+  rows.push_back({"searchsorted.Tensor", [](OpArgs& a) -> V {
+    Value seq = a.V(0), x = a.V(1);
+    if (auto sorter = a.OptV(5)) {  // the sequence in sorter's order (gather along the last dim)
+      if (sorter->dims() != seq.dims() || sorter->dtype() != DType::kS64 || seq.rank() == 0) throw NotLowered{};
+      OpArgs g;
+      g.device = a.device;
+      g.op_name = "gather";
+      g.args.resize(4);
+      g.args[0].kind = Arg::kTensor;
+      g.args[0].t.v = seq;
+      g.args[1].kind = Arg::kInt;
+      g.args[1].i = -1;
+      g.args[2].kind = Arg::kTensor;
+      g.args[2].t.v = *sorter;
+      g.args[3].kind = Arg::kBool;
+      seq = FindOp("gather")->fn(g)[0];
+    }
+    if (seq.dtype() != x.dtype() || ir::IsComplex(x.dtype()) || x.dtype() == DType::kPred) throw NotLowered{};
+    bool right = a.Bool(3);
+    if (!a.IsNone(4)) {
+      const std::string& side = a.Str(4);
+      if (side != "left" && side != "right") throw NotLowered{};
+      if (right && side == "left") throw NotLowered{};  // eager's error
+      right = side == "right";
+    }
+    if (seq.rank() == 0) throw NotLowered{};
+    if (seq.rank() > 1) {
+      if (x.rank() != seq.rank()) throw NotLowered{};
+      for (int i = 0; i < seq.rank() - 1; ++i) if (seq.dims()[i] != x.dims()[i]) throw NotLowered{};
+    }
+    if (x.shape().numel() * std::max<int64_t>(seq.dims().back(), 1) > (int64_t{1} << 26)) throw NotLowered{};
+    if (seq.dims().back() == 0) return {ir::Full(0, ir::Shape(a.Bool(2) ? DType::kS32 : DType::kS64, x.dims()))};
+    return {SearchSorted(seq, x, right, a.Bool(2))};
+  }});
+  rows.push_back({"native_group_norm_backward", [](OpArgs& a) -> V {
+    // Eager's formulas over [N, G, D, HxW]: ds = sum(dy * x), db = sum(dy) per (n, c); with
+    // s = 1 / (D * HxW), c2 = (db_g * mean - ds_g) * rstd^3 * s, c3 = -c2 * mean - db_g * rstd * s
+    // (db_g, ds_g summed over the group with gamma): dx = rstd * gamma * dy + c2 * x + c3;
+    // dgamma = sum_n (ds - db * mean) * rstd, dbeta = sum_n db.
+    Value dy = a.V(0), x = a.V(1), mean = a.V(2), rstd = a.V(3);
+    auto w = a.OptV(4);
+    int64_t n = a.Int(5), c = a.Int(6), hw = a.Int(7), g = a.Int(8);
+    const auto& mask_arg = a.args[9];
+    std::vector<bool> mask = {true, true, true};
+    if (mask_arg.kind == Arg::kIntList) for (size_t i = 0; i < 3 && i < mask_arg.il.size(); ++i) mask[i] = mask_arg.il[i];
+    if (!ir::IsFloating(x.dtype()) || g <= 0 || c % g || x.shape().numel() != n * c * hw || dy.dims() != x.dims() ||
+        (mask[1] && !w)) {
+      throw NotLowered{};
+    }
+    if (n * c * hw == 0) {  // nothing to normalize: zero gradients
+      V out(3);
+      if (mask[0]) out[0] = ir::Full(0, x.shape());
+      if (mask[1]) out[1] = ir::Full(0, ir::Shape(w->dtype(), {c}));
+      if (mask[2]) out[2] = ir::Full(0, ir::Shape(x.dtype(), {c}));
+      return out;
+    }
+    int64_t d = c / g;
+    DType ct = OpMath(x.dtype());
+    std::vector<int64_t> s4 = {n, g, d, hw};
+    Value dyc = ir::Reshape(Cast(dy, ct), s4), xc = ir::Reshape(Cast(x, ct), s4);
+    Value m = ir::Reshape(Cast(mean, ct), {n, g}), rs = ir::Reshape(Cast(rstd, ct), {n, g});
+    Value gamma = w ? ir::Reshape(Cast(*w, ct), {g, d}) : ir::Full(1, ir::Shape(ct, {g, d}));
+    auto mul = [](const Value& p, const Value& q) { return ir::Binary(Op::kMul, p, q); };
+    auto add = [](const Value& p, const Value& q) { return ir::Binary(Op::kAdd, p, q); };
+    auto sub = [](const Value& p, const Value& q) { return ir::Binary(Op::kSub, p, q); };
+    Value ds = ir::Reduce(ir::ReduceKind::kSum, mul(dyc, xc), {3});  // [n, g, d]
+    Value db = ir::Reduce(ir::ReduceKind::kSum, dyc, {3});
+    std::vector<int64_t> s3 = {n, g, d};
+    Value gamma3 = ir::BroadcastInDim(gamma, s3, {1, 2});
+    Value m3 = ir::BroadcastInDim(m, s3, {0, 1}), rs3 = ir::BroadcastInDim(rs, s3, {0, 1});
+    V out(3);
+    if (mask[0]) {
+      double sc = 1.0 / static_cast<double>(d * hw);
+      Value ds_g = ir::Reduce(ir::ReduceKind::kSum, mul(ds, gamma3), {2});  // [n, g]
+      Value db_g = ir::Reduce(ir::ReduceKind::kSum, mul(db, gamma3), {2});
+      Value r3 = mul(mul(rs, rs), rs);
+      Value c2 = mul(mul(sub(mul(db_g, m), ds_g), r3), ir::Full(sc, m.shape()));
+      Value c3 = sub(ir::Unary(Op::kNeg, mul(c2, m)), mul(mul(db_g, rs), ir::Full(sc, m.shape())));
+      Value c1 = mul(rs3, gamma3);  // [n, g, d]
+      Value dx = add(add(mul(ir::BroadcastInDim(c1, s4, {0, 1, 2}), dyc), mul(ir::BroadcastInDim(c2, s4, {0, 1}), xc)),
+                     ir::BroadcastInDim(c3, s4, {0, 1}));
+      out[0] = Cast(ir::Reshape(dx, x.dims()), x.dtype());
+    }
+    if (mask[1]) {
+      Value dg = ir::Reduce(ir::ReduceKind::kSum, mul(sub(ds, mul(db, m3)), rs3), {0});  // [g, d]
+      out[1] = Cast(ir::Reshape(dg, {c}), w->dtype());
+    }
+    if (mask[2]) out[2] = Cast(ir::Reshape(ir::Reduce(ir::ReduceKind::kSum, db, {0}), {c}), x.dtype());
+    return out;
+  }});
   for (bool is_max : {true, false}) {
     rows.push_back({is_max ? "cummax" : "cummin", [is_max](OpArgs& a) -> V {
       Value x = a.V(0);
