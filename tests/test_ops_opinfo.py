@@ -333,6 +333,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.interpolate", "trilinear"): ("upsample_trilinear3d", "upsample_trilinear3d_backward"),
     ("nn.functional.interpolate", "bicubic"): ("upsample_bicubic2d", "upsample_bicubic2d_backward"),
     ("nn.functional.group_norm", ""): ("native_group_norm_backward",),
+    ("frexp", ""): ("frexp.Tensor",),
     ("bucketize", ""): ("bucketize.Tensor",),
     ("searchsorted", ""): ("searchsorted.Tensor", "searchsorted.Scalar"),
     ("nn.functional.max_unpool2d", ""): ("max_unpool2d",),

@@ -430,3 +430,13 @@ def test_group_norm_backward(affine):
         res.append([g.cpu() for g in torch.autograd.grad((out * w).sum(), params)])
     torch.testing.assert_close(res[1], res[0], rtol=1e-5, atol=2e-5)
     assert (met.counter_value("aten::native_group_norm_backward") or 0) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_frexp_exact_including_denormals(dtype):
+    x = torch.tensor([0.0, -0.0, 1.0, -3.5, math.inf, -math.inf, math.nan, 1e-40, -1e-45, 3e38, 0.75, 6e-5, 1e-7])
+    check(torch.frexp, x.to(dtype), exact=True, no_fallback=("frexp",))
+    a = torch.randn(8, requires_grad=True)
+    b = a.detach().to(X).requires_grad_()
+    torch.testing.assert_close(torch.autograd.grad(torch.frexp(b)[0].sum(), b)[0].cpu(),
+                               torch.autograd.grad(torch.frexp(a)[0].sum(), a)[0])

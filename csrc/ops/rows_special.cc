@@ -133,9 +133,44 @@ Value Gcd(Value a, Value b) {
   return b;
 }
 
+// frexp in integer arithmetic on the bits (no float arithmetic, so denormals are exact though
+// XLA:CPU flushes them in arithmetic): normal x = m * 2^e with m in [0.5, 1); a denormal's mantissa
+// field, converted to a float (exact), is normalized the same way; 0, inf and NaN give (x, 0).
+std::vector<Value> Frexp(const Value& x) {
+  DType t = x.dtype(), bt = BitsOf(t);
+  int mbits = t == DType::kF64 ? 52 : t == DType::kF16 ? 10 : t == DType::kBF16 ? 7 : 23;
+  int64_t emask = t == DType::kF64 ? 0x7ff : t == DType::kF16 ? 0x1f : 0xff;
+  int64_t bias = emask / 2 - 1;  // 126 for f32: the exponent field of a mantissa in [0.5, 1)
+  Value bits = ir::BitcastConvert(x, bt);
+  auto K = [&](int64_t v) { return CInt(v, bits); };
+  auto shr = [&](const Value& v, int n) { return ir::Binary(Op::kShiftRightLogical, v, K(n)); };
+  int64_t mmask = (int64_t{1} << mbits) - 1;
+  Value field = And(shr(bits, mbits), K(emask));
+  Value mant = And(bits, K(mmask));
+  Value sign = And(bits, K(SignBit(bt)));
+  // Normal numbers.
+  Value n_m = Or(Or(sign, mant), K(bias << mbits));
+  Value n_e = Sub(field, K(bias));
+  // Denormals: the mantissa field as a float (exact), then its own exponent field.
+  Value mf = ir::BitcastConvert(ir::Convert(mant, t), bt);
+  Value mf_field = And(shr(mf, mbits), K(emask));
+  Value d_m = Or(Or(sign, And(mf, K(mmask))), K(bias << mbits));
+  Value d_e = Sub(Sub(mf_field, K(bias)), K(bias + mbits));
+  Value zero = K(0);
+  Value is_denorm = And(Eq(field, zero), Ne(mant, zero));
+  Value is_normal = And(Ne(field, zero), Ne(field, K(emask)));
+  Value m = ir::Select(is_normal, n_m, ir::Select(is_denorm, d_m, bits));
+  Value e = ir::Select(is_normal, n_e, ir::Select(is_denorm, d_e, zero));
+  return {ir::BitcastConvert(m, t), Cast(e, DType::kS32)};
+}
+
 }  // namespace
 
 void AddSpecialRows(std::vector<OpRow>& rows) {
+  rows.push_back({"frexp.Tensor", [](OpArgs& a) -> V {
+    if (!ir::IsFloating(a.V(0).dtype())) throw NotLowered{};  // eager's error
+    return Frexp(a.V(0));
+  }});
   rows.push_back({"lgamma", FloatUnary(Lgamma)});
   rows.push_back({"digamma", FloatUnary(Digamma)});
   rows.push_back({"erfc", FloatUnary([](const Value& x) { return ir::Unary(Op::kErfc, x); })});
