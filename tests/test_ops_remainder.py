@@ -440,3 +440,30 @@ def test_frexp_exact_including_denormals(dtype):
     b = a.detach().to(X).requires_grad_()
     torch.testing.assert_close(torch.autograd.grad(torch.frexp(b)[0].sum(), b)[0].cpu(),
                                torch.autograd.grad(torch.frexp(a)[0].sum(), a)[0])
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode, padding_mode, align_corners):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 7, generator=g)
+    grid = torch.rand(2, 4, 6, 2, generator=g) * 2.6 - 1.3  # some points outside [-1, 1]
+    f = lambda a, b: torch.nn.functional.grid_sample(a, b, mode=mode, padding_mode=padding_mode,  # noqa: E731
+                                                     align_corners=align_corners)
+    check(f, x, grid, rtol=1e-5, atol=1e-5, no_fallback=("grid_sampler_2d",))
+    res = []
+    for dev in ("cpu", X):
+        a, b = x.to(dev).requires_grad_(), grid.to(dev).requires_grad_()
+        out = f(a, b)
+        w = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(dev)
+        res.append([t.cpu() for t in torch.autograd.grad((out * w).sum(), (a, b))])
+    torch.testing.assert_close(res[1], res[0], rtol=1e-5, atol=2e-5)
+
+
+def test_grid_sample_reflection_stays_on_cpu():
+    x, grid = torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2) * 2 - 1
+    before = met.counter_value("aten::grid_sampler_2d") or 0
+    check(lambda a, b: torch.nn.functional.grid_sample(a, b, padding_mode="reflection", align_corners=False),
+          x, grid, rtol=1e-5, atol=1e-5)
+    assert (met.counter_value("aten::grid_sampler_2d") or 0) == before + 1

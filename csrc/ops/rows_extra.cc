@@ -213,8 +213,203 @@ Value MaxUnpool(OpArgs& a, int nsp) {
   return ir::Reshape(g, od);
 }
 
+// grid_sampler_2d, bilinear or nearest, zeros or border padding, as eager's CPU kernel: source
+// coordinates (g + 1) * s (- 0.5 without align_corners), s = (size - 1) / 2 or size / 2; border
+// clips them to [0, size - 1]; bilinear output nw*v_nw + ne*v_ne + sw*v_sw + se*v_se with
+// out-of-bounds corners read as 0 (their weights still multiply: NaN stays NaN).
+struct GridGeom {
+  Value x, y;                     // source coordinates [N, Ho, Wo]
+  double sx = 0, sy = 0;          // d coordinate / d grid
+};
+GridGeom GridCoords(const Value& grid, int64_t h, int64_t w, bool border, bool align_corners) {
+  int64_t n = grid.dims()[0], ho = grid.dims()[1], wo = grid.dims()[2];
+  DType t = grid.dtype();
+  std::vector<int64_t> st = {0, 0, 0, 0}, lim = {n, ho, wo, 1}, str = {1, 1, 1, 1};
+  Value gx = ir::Reshape(ir::Slice(grid, st, lim, str), {n, ho, wo});
+  st[3] = 1;
+  lim[3] = 2;
+  Value gy = ir::Reshape(ir::Slice(grid, st, lim, str), {n, ho, wo});
+  auto un = [&](const Value& g, int64_t size, double* scale) {
+    double sc = align_corners ? static_cast<double>(size - 1) / 2 : static_cast<double>(size) / 2;
+    *scale = sc;
+    Value v = ir::Binary(Op::kMul, ir::Binary(Op::kAdd, g, C(1, g)), C(sc, g));
+    if (!align_corners) v = ir::Binary(Op::kSub, v, C(0.5, v));
+    if (border) v = ir::Binary(Op::kMin, C(static_cast<double>(size - 1), v), ir::Binary(Op::kMax, v, C(0, v)));
+    return v;
+  };
+  GridGeom gg;
+  gg.x = un(gx, w, &gg.sx);
+  gg.y = un(gy, h, &gg.sy);
+  (void)t;
+  return gg;
+}
+
+// Reads input [N, C, H, W] at integer coordinates (iy, ix) [N, Ho, Wo]; `ok` masks out-of-bounds
+// reads to 0. Returns [N, C, Ho, Wo].
+Value GridRead(const Value& in, const Value& iy, const Value& ix, const Value& ok) {
+  int64_t n = in.dims()[0], c = in.dims()[1], h = in.dims()[2], w = in.dims()[3];
+  std::vector<int64_t> od = iy.dims();
+  ir::Shape is(DType::kS64, od);
+  Value cy = ir::Clamp(ir::Full(0, is), iy, ir::Full(static_cast<double>(h - 1), is));
+  Value cx = ir::Clamp(ir::Full(0, is), ix, ir::Full(static_cast<double>(w - 1), is));
+  std::vector<int64_t> cd = od;
+  cd.push_back(1);
+  Value coords = ir::Concatenate({ir::Reshape(ir::Iota(is, 0), cd), ir::Reshape(cy, cd), ir::Reshape(cx, cd)}, 3);
+  Value nhwc = ir::Transpose(in, {0, 2, 3, 1});
+  Value g = ir::Gather(nhwc, coords, {3}, {0, 1, 2}, {0, 1, 2}, 3, {1, 1, 1, c});  // [N, Ho, Wo, C]
+  (void)n;
+  Value okb = ir::BroadcastInDim(ok, g.dims(), {0, 1, 2});
+  g = ir::Select(okb, g, ir::Full(0, g.shape()));
+  return ir::Transpose(g, {0, 3, 1, 2});
+}
+
+struct Corners {
+  Value iy[4], ix[4], ok[4], wt[4];  // nw, ne, sw, se
+  Value fx, fy;                     // fractional parts (w, n in eager's names)
+};
+Corners BilinearCorners(const GridGeom& gg, int64_t h, int64_t w) {
+  Corners k;
+  Value xw = ir::Unary(Op::kFloor, gg.x), yn = ir::Unary(Op::kFloor, gg.y);
+  k.fx = ir::Binary(Op::kSub, gg.x, xw);
+  k.fy = ir::Binary(Op::kSub, gg.y, yn);
+  Value e = ir::Binary(Op::kSub, C(1, k.fx), k.fx), s = ir::Binary(Op::kSub, C(1, k.fy), k.fy);
+  k.wt[0] = ir::Binary(Op::kMul, s, e);
+  k.wt[1] = ir::Binary(Op::kMul, s, k.fx);
+  k.wt[2] = ir::Binary(Op::kMul, k.fy, e);
+  k.wt[3] = ir::Binary(Op::kMul, k.fy, k.fx);
+  auto in_range = [](const Value& v, double lo, double hi) {  // lo < v < hi (false for NaN)
+    return ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGT, v, C(lo, v)), ir::Compare(CompareDir::kLT, v, C(hi, v)));
+  };
+  Value wm = in_range(xw, -1, static_cast<double>(w)), em = in_range(xw, -2, static_cast<double>(w - 1));
+  Value nm = in_range(yn, -1, static_cast<double>(h)), sm = in_range(yn, -2, static_cast<double>(h - 1));
+  Value ixw = Cast(ir::Select(wm, xw, C(0, xw)), DType::kS64), iyn = Cast(ir::Select(nm, yn, C(0, yn)), DType::kS64);
+  Value ixe = ir::Binary(Op::kAdd, Cast(ir::Select(em, xw, C(0, xw)), DType::kS64), ir::Full(1, ixw.shape()));
+  Value iys = ir::Binary(Op::kAdd, Cast(ir::Select(sm, yn, C(0, yn)), DType::kS64), ir::Full(1, iyn.shape()));
+  k.iy[0] = iyn; k.ix[0] = ixw; k.ok[0] = ir::Binary(Op::kAnd, nm, wm);
+  k.iy[1] = iyn; k.ix[1] = ixe; k.ok[1] = ir::Binary(Op::kAnd, nm, em);
+  k.iy[2] = iys; k.ix[2] = ixw; k.ok[2] = ir::Binary(Op::kAnd, sm, wm);
+  k.iy[3] = iys; k.ix[3] = ixe; k.ok[3] = ir::Binary(Op::kAnd, sm, em);
+  return k;
+}
+
 void AddExtraRows(std::vector<OpRow>& rows) {
   AddExtraRandomRows(rows);
+  rows.push_back({"grid_sampler_2d", [](OpArgs& a) -> V {
+    Value in = a.V(0), grid = a.V(1);
+    int64_t mode = a.Int(2), pad = a.Int(3);
+    bool ac = a.Bool(4);
+    DType t = in.dtype();
+    if ((t != DType::kF32 && t != DType::kF64) || grid.dtype() != t || in.rank() != 4 || grid.rank() != 4 ||
+        grid.dims()[3] != 2 || grid.dims()[0] != in.dims()[0] || mode > 1 || pad > 1 ||
+        in.shape().numel() == 0 || grid.shape().numel() == 0) {
+      throw NotLowered{};  // bicubic, reflection padding, other dtypes, eager's errors: on the CPU
+    }
+    int64_t h = in.dims()[2], w = in.dims()[3];
+    GridGeom gg = GridCoords(grid, h, w, pad == 1, ac);
+    std::vector<int64_t> od = {in.dims()[0], in.dims()[1], grid.dims()[1], grid.dims()[2]};
+    auto bc = [&](const Value& v) { return ir::BroadcastInDim(v, od, {0, 2, 3}); };
+    if (mode == 1) {  // nearest: round half to even, out of bounds reads 0
+      Value rx = ir::Unary(Op::kRoundEven, gg.x), ry = ir::Unary(Op::kRoundEven, gg.y);
+      auto in_range = [](const Value& v, double hi) {
+        return ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGT, v, C(-1, v)), ir::Compare(CompareDir::kLT, v, C(hi, v)));
+      };
+      Value ok = ir::Binary(Op::kAnd, in_range(rx, static_cast<double>(w)), in_range(ry, static_cast<double>(h)));
+      Value ix = Cast(ir::Select(ok, rx, C(0, rx)), DType::kS64), iy = Cast(ir::Select(ok, ry, C(0, ry)), DType::kS64);
+      return {GridRead(in, iy, ix, ok)};
+    }
+    Corners k = BilinearCorners(gg, h, w);
+    Value out;
+    for (int q = 0; q < 4; ++q) {
+      Value term = ir::Binary(Op::kMul, GridRead(in, k.iy[q], k.ix[q], k.ok[q]), bc(k.wt[q]));
+      out = out ? ir::Binary(Op::kAdd, out, term) : term;
+    }
+    return {out};
+  }});
+  rows.push_back({"grid_sampler_2d_backward", [](OpArgs& a) -> V {
+    // Bilinear (zeros or border padding): grad_input scatters grad * weight to the four corners; grad_grid is
+    // sum_c grad * d out / d (x, y) * scale.
+    Value go = a.V(0), in = a.V(1), grid = a.V(2);
+    int64_t mode = a.Int(3), pad = a.Int(4);
+    bool ac = a.Bool(5);
+    DType t = in.dtype();
+    if ((t != DType::kF32 && t != DType::kF64) || grid.dtype() != t || go.dtype() != t || in.rank() != 4 ||
+        mode > 1 || pad > 1 || in.shape().numel() == 0 || grid.shape().numel() == 0) {
+      throw NotLowered{};
+    }
+    const auto& mask_arg = a.args[6];
+    std::vector<bool> mask = {true, true};
+    if (mask_arg.kind == Arg::kIntList) for (size_t i = 0; i < 2 && i < mask_arg.il.size(); ++i) mask[i] = mask_arg.il[i];
+    int64_t n = in.dims()[0], c = in.dims()[1], h = in.dims()[2], w = in.dims()[3];
+    int64_t ho = grid.dims()[1], wo = grid.dims()[2];
+    GridGeom gg = GridCoords(grid, h, w, pad == 1, ac);
+    if (mode == 1) {  // nearest: the grad goes to the rounded position; the grid gets none
+      V out(2);
+      if (mask[0]) {
+        Value rx = ir::Unary(Op::kRoundEven, gg.x), ry = ir::Unary(Op::kRoundEven, gg.y);
+        auto in_range = [](const Value& v, double hi) {
+          return ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGT, v, C(-1, v)), ir::Compare(CompareDir::kLT, v, C(hi, v)));
+        };
+        Value ok = ir::Binary(Op::kAnd, in_range(rx, static_cast<double>(w)), in_range(ry, static_cast<double>(h)));
+        ir::Shape is(DType::kS64, {n, ho, wo});
+        Value ix = Cast(ir::Select(ok, rx, C(0, rx)), DType::kS64), iy = Cast(ir::Select(ok, ry, C(0, ry)), DType::kS64);
+        Value gnhwc = ir::Transpose(go, {0, 2, 3, 1});
+        Value upd = ir::Select(ir::BroadcastInDim(ok, gnhwc.dims(), {0, 1, 2}), gnhwc, ir::Full(0, gnhwc.shape()));
+        std::vector<int64_t> cd = {n, ho, wo, 1};
+        Value coords = ir::Concatenate({ir::Reshape(ir::Iota(is, 0), cd), ir::Reshape(iy, cd), ir::Reshape(ix, cd)}, 3);
+        Value gin = ir::Scatter(ir::Full(0, ir::Shape(t, {n, h, w, c})), coords, upd, {3}, {0, 1, 2}, {0, 1, 2}, 3, 1);
+        out[0] = ir::Transpose(gin, {0, 3, 1, 2});
+      }
+      if (mask[1]) out[1] = ir::Full(0, grid.shape());
+      return out;
+    }
+    Corners k = BilinearCorners(gg, h, w);
+    std::vector<int64_t> od = {n, c, ho, wo};
+    auto bc = [&](const Value& v) { return ir::BroadcastInDim(v, od, {0, 2, 3}); };
+    V out(2);
+    if (mask[0]) {
+      // Scatter-add into [N, H, W, C] at (n, iy, ix) of grad * weight (masked corners add 0).
+      Value gin = ir::Full(0, ir::Shape(t, {n, h, w, c}));
+      ir::Shape is(DType::kS64, {n, ho, wo});
+      Value gnhwc = ir::Transpose(go, {0, 2, 3, 1});  // [N, Ho, Wo, C]
+      for (int q = 0; q < 4; ++q) {
+        Value wq = ir::Select(k.ok[q], k.wt[q], C(0, k.wt[q]));
+        Value upd = ir::Binary(Op::kMul, gnhwc, ir::BroadcastInDim(wq, gnhwc.dims(), {0, 1, 2}));
+        Value cy = ir::Clamp(ir::Full(0, is), k.iy[q], ir::Full(static_cast<double>(h - 1), is));
+        Value cx = ir::Clamp(ir::Full(0, is), k.ix[q], ir::Full(static_cast<double>(w - 1), is));
+        std::vector<int64_t> cd = {n, ho, wo, 1};
+        Value coords = ir::Concatenate({ir::Reshape(ir::Iota(is, 0), cd), ir::Reshape(cy, cd), ir::Reshape(cx, cd)}, 3);
+        gin = ir::Scatter(gin, coords, upd, {3}, {0, 1, 2}, {0, 1, 2}, 3, 1);
+      }
+      out[0] = ir::Transpose(gin, {0, 3, 1, 2});
+    }
+    if (mask[1]) {
+      Value v[4];
+      for (int q = 0; q < 4; ++q) v[q] = GridRead(in, k.iy[q], k.ix[q], k.ok[q]);
+      Value s = bc(ir::Binary(Op::kSub, C(1, k.fy), k.fy)), nn = bc(k.fy);
+      Value e = bc(ir::Binary(Op::kSub, C(1, k.fx), k.fx)), ww = bc(k.fx);
+      auto mul = [](const Value& p, const Value& q) { return ir::Binary(Op::kMul, p, q); };
+      auto sub = [](const Value& p, const Value& q) { return ir::Binary(Op::kSub, p, q); };
+      auto add = [](const Value& p, const Value& q) { return ir::Binary(Op::kAdd, p, q); };
+      Value dx = add(mul(sub(v[1], v[0]), s), mul(sub(v[3], v[2]), nn));
+      Value dy = add(mul(sub(v[2], v[0]), e), mul(sub(v[3], v[1]), ww));
+      Value gx = ir::Reduce(ir::ReduceKind::kSum, mul(go, dx), {1});  // [N, Ho, Wo]
+      Value gy = ir::Reduce(ir::ReduceKind::kSum, mul(go, dy), {1});
+      gx = mul(gx, C(gg.sx, gx));
+      gy = mul(gy, C(gg.sy, gy));
+      if (pad == 1) {  // border: a coordinate clipped onto 0 or size - 1 passes no gradient (eager)
+        auto inside = [&](const Value& v, int64_t size) {
+          Value ok = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, v, C(0, v)),
+                                ir::Compare(CompareDir::kNE, v, C(static_cast<double>(size - 1), v)));
+          return ok;
+        };
+        gx = ir::Select(inside(gg.x, w), gx, C(0, gx));
+        gy = ir::Select(inside(gg.y, h), gy, C(0, gy));
+      }
+      std::vector<int64_t> cd = {n, ho, wo, 1};
+      out[1] = ir::Concatenate({ir::Reshape(gx, cd), ir::Reshape(gy, cd)}, 3);
+    }
+    return out;
+  }});
   rows.push_back({"max_unpool2d", [](OpArgs& a) -> V { return {MaxUnpool(a, 2)}; }});
   rows.push_back({"max_unpool3d", [](OpArgs& a) -> V { return {MaxUnpool(a, 3)}; }});
   rows.push_back({"bucketize.Tensor", [](OpArgs& a) -> V {
