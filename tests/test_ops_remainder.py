@@ -467,3 +467,38 @@ def test_grid_sample_reflection_stays_on_cpu():
     check(lambda a, b: torch.nn.functional.grid_sample(a, b, padding_mode="reflection", align_corners=False),
           x, grid, rtol=1e-5, atol=1e-5)
     assert (met.counter_value("aten::grid_sampler_2d") or 0) == before + 1
+
+
+# ---------------------------------------------------------------- rows upstream lowers (its yaml)
+def test_prelu_kernel_and_backward():
+    x = torch.tensor([[-2.0, -0.0, 0.0, 3.0], [math.nan, -math.inf, math.inf, -1.0]]).reshape(2, 4, 1)
+    for w in (torch.tensor([0.25]), torch.tensor([0.1, -0.5, 2.0, 0.0])):
+        check(torch.nn.functional.prelu, x, w, exact=True, no_fallback=("_prelu_kernel",))
+        y = torch.randn(3, 4, 5)
+        res = []
+        for dev in ("cpu", X):
+            a, b = y.to(dev).requires_grad_(), w.to(dev).requires_grad_()
+            out = torch.nn.functional.prelu(a, b)
+            res.append([t.cpu() for t in torch.autograd.grad((out * out).sum(), (a, b))])
+        torch.testing.assert_close(res[1], res[0], rtol=1e-5, atol=1e-5)
+
+
+def test_normal_tensor_overloads_narrow_copy_new_empty_strided():
+    torch.manual_seed(0)
+    before = met.counter_value("aten::normal") or 0
+    mean = torch.linspace(-5, 5, 4).repeat(5000).to(X)
+    std = torch.tensor([0.5, 1.0, 2.0, 0.0]).repeat(5000).to(X)
+    for out, m, s in ((torch.normal(mean, 2.0), mean, torch.full((20000,), 2.0)),
+                      (torch.normal(1.5, std), torch.full((20000,), 1.5), std),
+                      (torch.normal(mean, std), mean, std)):
+        z = out.cpu().reshape(5000, 4)
+        torch.testing.assert_close(z.mean(0), m.cpu()[:4], atol=0.1, rtol=0)
+        torch.testing.assert_close(z.std(0), s.cpu()[:4], atol=0.06, rtol=0.05)
+    assert (met.counter_value("aten::normal") or 0) == before
+    with pytest.raises(RuntimeError, match="std >= 0"):
+        torch.normal(mean, -std - 1).cpu()
+    x = torch.randn(4, 6)
+    check(lambda t: torch.narrow_copy(t, 1, 2, 3), x, exact=True, no_fallback=("narrow_copy",))
+    check(lambda t: torch.narrow_copy(t, 0, -2, 2), x, exact=True, no_fallback=("narrow_copy",))
+    e = x.to(X).new_empty_strided((2, 3), (1, 2), dtype=torch.float64)
+    assert e.shape == (2, 3) and e.dtype == torch.float64 and e.device.type == "xla"

@@ -294,6 +294,72 @@ Corners BilinearCorners(const GridGeom& gg, int64_t h, int64_t w) {
 
 void AddExtraRows(std::vector<OpRow>& rows) {
   AddExtraRandomRows(rows);
+  // prelu's kernel: x > 0 ? x : w * x (w broadcast, as torch's prelu reshapes it), and its backward
+  // (grad_weight in the broadcast shape, reduced by autograd).
+  rows.push_back({"_prelu_kernel", [](OpArgs& a) -> V {
+    Value x = a.V(0), w = a.V(1);
+    if (!ir::IsFloating(x.dtype()) || w.dtype() != x.dtype()) throw NotLowered{};
+    auto dims = BroadcastShapes(x.dims(), w.dims());
+    DType ct = OpMath(x.dtype());
+    Value xc = BroadcastTo(Cast(x, ct), dims), wc = BroadcastTo(Cast(w, ct), dims);
+    Value r = ir::Select(ir::Compare(CompareDir::kGT, xc, C(0, xc)), xc, ir::Binary(Op::kMul, wc, xc));
+    return {Cast(r, x.dtype())};
+  }});
+  rows.push_back({"_prelu_kernel_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0), x = a.V(1), w = a.V(2);
+    if (!ir::IsFloating(x.dtype()) || w.dtype() != x.dtype() || g.dtype() != x.dtype()) throw NotLowered{};
+    auto dims = BroadcastShapes(BroadcastShapes(x.dims(), w.dims()), g.dims());
+    DType ct = OpMath(x.dtype());
+    Value xc = BroadcastTo(Cast(x, ct), dims), wc = BroadcastTo(Cast(w, ct), dims), gc = BroadcastTo(Cast(g, ct), dims);
+    Value pos = ir::Compare(CompareDir::kGT, xc, C(0, xc));
+    Value gi = ir::Select(pos, gc, ir::Binary(Op::kMul, wc, gc));
+    Value gw = ir::Select(pos, C(0, xc), ir::Binary(Op::kMul, xc, gc));
+    return {Cast(gi, x.dtype()), Cast(gw, x.dtype())};
+  }});
+  // normal(mean, std) with tensor arguments: mean + std * N(0, 1), broadcast; a negative std raises
+  // eager's error (at once for a float, at the next sync or read for a tensor).
+  auto normal = [](OpArgs& a, std::optional<Value> mean, std::optional<Value> std_t, double mean_f, double std_f) -> V {
+    if (!std_t && std_f < 0) a.Fail("normal expects std >= 0.0, but found std " + Num(std_f));
+    DType t = mean ? mean->dtype() : std_t->dtype();
+    if (mean && std_t && mean->dtype() != std_t->dtype()) throw NotLowered{};
+    if (!ir::IsFloating(t)) throw NotLowered{};
+    std::vector<int64_t> dims = mean && std_t ? BroadcastShapes(mean->dims(), std_t->dims()) : mean ? mean->dims() : std_t->dims();
+    if (mean && std_t && (mean->shape().numel() != std_t->shape().numel()) && dims != mean->dims()) throw NotLowered{};
+    DType ct = t == DType::kF64 ? DType::kF64 : DType::kF32;
+    if (std_t) {
+      Value sc = Cast(*std_t, ct);
+      Value ok = ir::Compare(CompareDir::kGE, sc, C(0, sc));
+      std::vector<int64_t> all(sc.rank());
+      std::iota(all.begin(), all.end(), 0);
+      graph::AddCheck(sc.rank() ? ir::Reduce(ir::ReduceKind::kAnd, ok, all) : ok,
+                      "normal expects all elements of std >= 0.0", a.device, true);
+    }
+    Value z = RandomNormal(ir::Shape(ct, dims), a.device);
+    Value s = std_t ? BroadcastTo(Cast(*std_t, ct), dims) : ir::Full(std_f, z.shape());
+    Value m = mean ? BroadcastTo(Cast(*mean, ct), dims) : ir::Full(mean_f, z.shape());
+    return {Cast(ir::Binary(Op::kAdd, m, ir::Binary(Op::kMul, s, z)), t)};
+  };
+  rows.push_back({"normal.Tensor_float", [normal](OpArgs& a) -> V { return normal(a, a.V(0), std::nullopt, 0, a.Double(1)); }});
+  rows.push_back({"normal.float_Tensor", [normal](OpArgs& a) -> V { return normal(a, std::nullopt, a.V(1), a.Double(0), 0); }});
+  rows.push_back({"normal.Tensor_Tensor", [normal](OpArgs& a) -> V { return normal(a, a.V(0), a.V(1), 0, 0); }});
+  rows.push_back({"narrow_copy", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (x.rank() == 0) throw NotLowered{};
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    int64_t n = x.dims()[d], start = a.Int(2), len = a.Int(3);
+    if (start < 0) start += n;
+    if (start < 0 || len < 0 || start + len > n) throw NotLowered{};  // eager's errors
+    std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1);
+    st[d] = start;
+    lim[d] = start + len;
+    return {ir::Slice(x, st, lim, str)};
+  }});
+  rows.push_back({"new_empty_strided", [](OpArgs& a) -> V {
+    // Uninitialized in eager; zeros here (strides are a layout detail of XLA tensors).
+    DType t = a.OptDType(3).value_or(a.V(0).dtype());
+    for (int64_t v : a.Ints(1)) if (v < 0) throw NotLowered{};
+    return {ir::Full(0, ir::Shape(t, a.Ints(1)))};
+  }});
   rows.push_back({"grid_sampler_2d", [](OpArgs& a) -> V {
     Value in = a.V(0), grid = a.V(1);
     int64_t mode = a.Int(2), pad = a.Int(3);
