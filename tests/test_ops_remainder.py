@@ -502,3 +502,17 @@ def test_normal_tensor_overloads_narrow_copy_new_empty_strided():
     check(lambda t: torch.narrow_copy(t, 0, -2, 2), x, exact=True, no_fallback=("narrow_copy",))
     e = x.to(X).new_empty_strided((2, 3), (1, 2), dtype=torch.float64)
     assert e.shape == (2, 3) and e.dtype == torch.float64 and e.device.type == "xla"
+
+
+def test_integer_dtypes_eager_refuses_raise_as_eager():
+    F = torch.nn.functional
+    x = torch.arange(2 * 3 * 4 * 4 * 4).reshape(2, 3, 4, 4, 4)
+    for f in (lambda t: F.adaptive_avg_pool3d(t, 2), lambda t: F.adaptive_max_pool2d(t[0], 2),
+              lambda t: F.max_unpool2d(t[0], torch.zeros(3, 4, 4, 4, dtype=torch.long, device=t.device), 2),
+              lambda t: F.huber_loss(t, t)):
+        with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+            f(x)
+        with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+            f(x.to(X))
+    check(lambda t: F.max_pool3d(t, 2), x, exact=True)
+    check(lambda t: F.avg_pool3d(t, 2), x, exact=True)

@@ -490,7 +490,7 @@ void AddConvRows(std::vector<OpRow>& rows) {
     std::string nd = std::to_string(nsp) + "d";
     rows.push_back({"max_pool" + nd + "_with_indices", [nsp](OpArgs& a) -> V {
       Value x = a.V(0);
-      if (nsp == 3 && x.rank() != 4 && x.rank() != 5) throw NotLowered{};  // eager's error
+      if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || x.dtype() == DType::kPred)) throw NotLowered{};  // eager's errors
       PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));
       auto [vals, idx] = ir::ArgMaxWindow(x, g.window, g.strides, g.dilation, g.padding, nsp);
       return {vals, idx};
@@ -500,7 +500,8 @@ void AddConvRows(std::vector<OpRow>& rows) {
     }});
     rows.push_back({"avg_pool" + nd, [nsp](OpArgs& a) -> V {
       Value x = a.V(0);
-      if (nsp == 3 && (x.rank() != 4 && x.rank() != 5)) throw NotLowered{};
+      // 3-d: floats only (eager's integer kernel divides in integers; its errors for the rest)
+      if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || !ir::IsFloating(x.dtype()))) throw NotLowered{};
       PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
       DType ct = AccType(x.dtype());
       Value xc = Cast(x, ct);
@@ -580,7 +581,7 @@ void AddConvRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     auto os = Expand(a.Ints(1), 3, 1);
     int r = x.rank();
-    if (r != 4 && r != 5) throw NotLowered{};
+    if ((r != 4 && r != 5) || !ir::IsFloating(x.dtype())) throw NotLowered{};  // eager's errors
     for (int i = 0; i < 3; ++i) if (os[i] <= 0 || x.dims()[r - 3 + i] == 0) throw NotLowered{};
     DType ct = AccType(x.dtype());
     Value y = Cast(x, ct);
@@ -602,7 +603,9 @@ void AddConvRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     auto os = Expand(a.Ints(1), 2, 1);
     int r = x.rank();
-    if ((r != 3 && r != 4) || os[0] <= 0 || os[1] <= 0 || x.shape().numel() == 0) throw NotLowered{};
+    if ((r != 3 && r != 4) || os[0] <= 0 || os[1] <= 0 || x.shape().numel() == 0 || !ir::IsFloating(x.dtype())) {
+      throw NotLowered{};  // eager's errors (integer dtypes are not implemented)
+    }
     return AdaptiveMax2d(x, os[0], os[1]);
   }});
   rows.push_back({"adaptive_max_pool2d_backward", [](OpArgs& a) -> V {

@@ -189,7 +189,7 @@ Value MaxUnpool(OpArgs& a, int nsp) {
   Value x = a.V(0), idx = a.V(1);
   const auto& os = a.Ints(2);
   int r = x.rank();
-  if ((r != nsp + 1 && r != nsp + 2) || idx.dims() != x.dims() || idx.dtype() != DType::kS64 ||
+  if ((r != nsp + 1 && r != nsp + 2) || idx.dims() != x.dims() || idx.dtype() != DType::kS64 || !ir::IsFloating(x.dtype()) ||
       static_cast<int>(os.size()) != nsp) {
     throw NotLowered{};  // eager's errors
   }
