@@ -515,4 +515,5 @@ def test_integer_dtypes_eager_refuses_raise_as_eager():
         with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
             f(x.to(X))
     check(lambda t: F.max_pool3d(t, 2), x, exact=True)
-    check(lambda t: F.avg_pool3d(t, 2), x, exact=True)
+    check(lambda t: F.avg_pool3d(t, 2), x, exact=True, no_fallback=("avg_pool3d",))
+    check(lambda t: F.avg_pool3d(t, 3, 2, 1), x - 50, exact=True, no_fallback=("avg_pool3d",))  # truncation

@@ -500,10 +500,10 @@ void AddConvRows(std::vector<OpRow>& rows) {
     }});
     rows.push_back({"avg_pool" + nd, [nsp](OpArgs& a) -> V {
       Value x = a.V(0);
-      // 3-d: floats only (eager's integer kernel divides in integers; its errors for the rest)
-      if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || !ir::IsFloating(x.dtype()))) throw NotLowered{};
+      if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || x.dtype() == DType::kPred)) throw NotLowered{};
       PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
-      DType ct = AccType(x.dtype());
+      // 3-d integers: eager sums and divides in int64 (truncating), as here.
+      DType ct = nsp == 3 && !ir::IsFloating(x.dtype()) ? DType::kS64 : AccType(x.dtype());
       Value xc = Cast(x, ct);
       std::vector<int64_t> ones(x.rank(), 1);
       Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, xc, ir::Constant(0, ct), g.window, g.strides, ones, ones, g.padding);
