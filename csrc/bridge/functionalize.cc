@@ -16,6 +16,8 @@
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/copy_ops.h>
+#include <ATen/ops/polygamma_ops.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -223,6 +225,14 @@ at::Tensor ExpandFunctionalize(const at::Tensor& self, c10::SymIntArrayRef size_
         return reapply ? at::_ops::expand::call(t, size_in, implicit) : at::_ops::expand_copy::call(t, size_in, implicit);
       },
       [&](bool reapply) { return std::make_shared<ExpandMeta>(reapply, size, implicit); });
+}
+
+// polygamma_(self, n): its arguments are in another order than polygamma(n, self), so torch's
+// functionalization pass finds no functional twin and refuses it. Computed as polygamma + copy_.
+at::Tensor& PolygammaInplaceFunctionalize(at::Tensor& self, int64_t n) {
+  at::Tensor r = at::_ops::polygamma::call(n, self);
+  at::_ops::copy_::call(self, r, false);
+  return self;
 }
 
 at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
@@ -448,6 +458,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("expand", TORCH_FN(ExpandFunctionalize));
   fn->impl("unfold", TORCH_FN(UnfoldFunctionalize));
   fn->impl("as_strided", TORCH_FN(AsStridedFunctionalize));
+  fn->impl("polygamma_", TORCH_FN(PolygammaInplaceFunctionalize));
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =

@@ -57,7 +57,8 @@ const char* OpName(Op op) {
       "dynamic_slice", "dynamic_update_slice",
       "reduce", "arg_reduce", "reduce_window", "arg_reduce_window", "select_and_scatter", "sort", "cumulative",
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
-      "all_gather", "reduce_scatter", "all_to_all", "sharding"};
+      "all_gather", "reduce_scatter", "all_to_all", "sharding",
+      "lgamma", "digamma", "erfc", "bessel_i1e", "polygamma", "next_after", "zeta", "bitcast_convert"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -170,6 +171,14 @@ Value Iota(const Shape& s, int64_t dim) {
 Value Convert(const Value& x, DType t) {
   if (x.dtype() == t) return x;
   return Make(Op::kConvert, {x}, Shape(t, x.dims()));
+}
+
+Value BitcastConvert(const Value& x, DType t) {
+  if (x.dtype() == t) return x;
+  if (runtime::ElementSize(x.dtype()) != runtime::ElementSize(t)) {
+    Fail(std::string("bitcast_convert: ") + DTypeName(x.dtype()) + " and " + DTypeName(t) + " differ in width");
+  }
+  return Make(Op::kBitcastConvert, {x}, Shape(t, x.dims()));
 }
 
 Value Unary(Op op, const Value& x) {

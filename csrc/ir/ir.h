@@ -84,6 +84,9 @@ enum class Op : uint16_t {
   kAllReduce, kAllGather, kReduceScatter, kAllToAll,
   // SPMD: the operand annotated with a sharding (attrs.s, XLA's text); a custom call @Sharding
   kSharding,
+  // CHLO special functions (unary: lgamma, digamma, erfc, bessel_i1e; binary: polygamma(n, x),
+  // next_after, zeta(x, q)) and a same-width bitcast (attrs: none; the result dtype is the shape's)
+  kLgamma, kDigamma, kErfc, kBesselI1e, kPolygamma, kNextAfter, kZeta, kBitcastConvert,
   kNumOps
 };
 const char* OpName(Op op);
@@ -153,6 +156,8 @@ Value ConstantInt(int64_t v, DType t);             // exact for 64-bit integers
 Value Full(double v, const Shape& s);              // broadcast scalar constant
 Value Iota(const Shape& s, int64_t dim);
 Value Convert(const Value& x, DType t);
+// Reinterprets the bits of x as dtype t (same bit width).
+Value BitcastConvert(const Value& x, DType t);
 Value Unary(Op op, const Value& x);
 Value Binary(Op op, const Value& a, const Value& b);
 Value Compare(CompareDir dir, const Value& a, const Value& b);
@@ -184,7 +189,7 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lhs
 Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& offset_dims,
              const std::vector<int64_t>& collapsed_slice_dims, const std::vector<int64_t>& start_index_map,
              int64_t index_vector_dim, const std::vector<int64_t>& slice_sizes);
-// Scatter; combine: 0 = replace, 1 = add, 2 = multiply.
+// Scatter; combine: 0 = replace, 1 = add, 2 = multiply, 3 = max, 4 = min (NaN wins for floats).
 Value Scatter(const Value& x, const Value& indices, const Value& updates,
               const std::vector<int64_t>& update_window_dims, const std::vector<int64_t>& inserted_window_dims,
               const std::vector<int64_t>& scatter_dims_to_operand_dims, int64_t index_vector_dim, int64_t combine);

@@ -341,6 +341,14 @@ class Emitter {
         return;
       case Op::kErf: Line(n, "chlo.erf", ""); return;
       case Op::kErfInv: Line(n, "chlo.erf_inv", ""); return;
+      case Op::kLgamma: Line(n, "chlo.lgamma", ""); return;
+      case Op::kDigamma: Line(n, "chlo.digamma", ""); return;
+      case Op::kErfc: Line(n, "chlo.erfc", ""); return;
+      case Op::kBesselI1e: Line(n, "chlo.bessel_i1e", ""); return;
+      case Op::kPolygamma: Line(n, "chlo.polygamma", ""); return;
+      case Op::kNextAfter: Line(n, "chlo.next_after", ""); return;
+      case Op::kZeta: Line(n, "chlo.zeta", ""); return;
+      case Op::kBitcastConvert: Line(n, "stablehlo.bitcast_convert", ""); return;
       case Op::kCompare:
         Line(n, "stablehlo.compare", std::string("comparison_direction = #stablehlo<comparison_direction ") +
                                          DirName(A.n) + ">, compare_type = #stablehlo<comparison_type " +
@@ -423,6 +431,8 @@ class Emitter {
           region = BinaryRegion(t == DType::kPred ? "stablehlo.or" : "stablehlo.add", t);
         } else if (A.n == 2) {
           region = BinaryRegion(t == DType::kPred ? "stablehlo.and" : "stablehlo.multiply", t);
+        } else if (A.n == 3 || A.n == 4) {  // max / min (NaN-propagating for floats)
+          region = ReducerRegion(A.n == 3 ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, t);
         } else {
           std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
           std::string st = ScalarT(t);

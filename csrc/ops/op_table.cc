@@ -15,6 +15,8 @@ const std::vector<OpRow>& OpTable() {
     AddConvRows(*rows);
     AddIndexRows(*rows);
     AddMathRows(*rows);
+    AddSpecialRows(*rows);
+    AddExtraRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();

@@ -249,6 +249,98 @@ Value AdaptiveAvg1d(const Value& x, int64_t dim, int64_t out) {
   return ir::Binary(Op::kDiv, sum, len);
 }
 
+// Max pooling's input gradient: each output's grad added at its flat (per-plane) argmax index.
+Value MaxPoolGradFromIndices(const Value& dy, const Value& x, const Value& idx, int nsp) {
+  int r = x.rank();
+  int64_t planes = 1, area = 1;
+  for (int i = 0; i < r - nsp; ++i) planes *= x.dims()[i];
+  for (int i = r - nsp; i < r; ++i) area *= x.dims()[i];
+  int64_t m = dy.shape().numel() / std::max<int64_t>(planes, 1);
+  ir::Shape is(DType::kS64, {planes, m});
+  Value rows_ = ir::Iota(is, 0);
+  Value cols = Cast(ir::Reshape(idx, {planes, m}), DType::kS64);
+  Value both = ir::Concatenate({ir::Reshape(rows_, {planes * m, 1}), ir::Reshape(cols, {planes * m, 1})}, 1);
+  Value upd = ir::Reshape(dy, {planes * m});
+  Value zeros = ir::Full(0, ir::Shape(dy.dtype(), {planes, area}));
+  Value g = ir::Scatter(zeros, both, upd, {}, {0, 1}, {0, 1}, 1, 1);
+  return ir::Reshape(g, x.dims());
+}
+
+// x's dim `dim` (size I) mapped through m [O, I]: the result has O at `dim`.
+Value AlongDim(const Value& x, int64_t dim, const Value& m) {
+  Value y = ir::DotGeneral(x, m, {}, {}, {dim}, {1}, x.dtype());  // [x's other dims..., O]
+  int r = x.rank();
+  std::vector<int64_t> perm;
+  for (int p = 0; p < r; ++p) perm.push_back(p < dim ? p : p == dim ? r - 1 : p - 1);
+  return ir::Transpose(y, perm);
+}
+
+// Adaptive max pooling over the last two dims, as eager's CPU kernel: window [floor(o*I/O),
+// ceil((o+1)*I/O)) per dim, scanned h-major; a later value replaces the running max when it is
+// greater or NaN (ties keep the first). Indices are flat over the input's H*W.
+std::vector<Value> AdaptiveMax2d(const Value& x, int64_t oh, int64_t ow) {
+  int r = x.rank();
+  int64_t ih = x.dims()[r - 2], iw = x.dims()[r - 1];
+  auto taps_of = [](int64_t out, int64_t in) {
+    int64_t t = 0;
+    for (int64_t o = 0; o < out; ++o) t = std::max(t, ((o + 1) * in + out - 1) / out - (o * in) / out);
+    return t;
+  };
+  auto bounds = [](int64_t out, int64_t in) {
+    ir::Shape is(DType::kS64, {out});
+    auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), is); };
+    Value o = ir::Iota(is, 0);
+    Value start = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, o, C(in)), C(out));
+    Value end = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, C(1)), C(in)), C(out - 1)), C(out));
+    return std::make_pair(start, end);
+  };
+  auto [sh, eh] = bounds(oh, ih);
+  auto [sw, ew] = bounds(ow, iw);
+  int64_t th = taps_of(oh, ih), tw = taps_of(ow, iw);
+  std::vector<int64_t> od = x.dims();
+  od[r - 2] = oh;
+  od[r - 1] = ow;
+  ir::Shape ois(DType::kS64, od);
+  auto along = [&](const Value& v, int dim) { return ir::BroadcastInDim(v, od, {dim}); };
+  // Gather x at (h, w) index maps [oh] x [ow] for all leading dims.
+  auto gather_hw = [&](const Value& hidx, const Value& widx) {
+    std::vector<int64_t> sl = x.dims(), off;
+    sl[r - 2] = 1;
+    for (int q = 0; q < r; ++q) if (q != r - 2) off.push_back(q);
+    Value g = ir::Gather(x, ir::Reshape(hidx, {oh, 1}), off, {r - 2}, {r - 2}, 1, sl);
+    std::vector<int64_t> sl2 = g.dims(), off2;
+    sl2[r - 1] = 1;
+    for (int q = 0; q < r; ++q) if (q != r - 1) off2.push_back(q);
+    return ir::Gather(g, ir::Reshape(widx, {ow, 1}), off2, {r - 1}, {r - 1}, 1, sl2);
+  };
+  Value best, best_idx;
+  ir::Shape hs(DType::kS64, {oh}), ws(DType::kS64, {ow});
+  for (int64_t a = 0; a < th; ++a) {
+    Value ph = ir::Binary(Op::kAdd, sh, ir::Full(static_cast<double>(a), hs));
+    Value hcl = ir::Binary(Op::kMin, ph, ir::Full(static_cast<double>(ih - 1), hs));
+    for (int64_t b = 0; b < tw; ++b) {
+      Value pw = ir::Binary(Op::kAdd, sw, ir::Full(static_cast<double>(b), ws));
+      Value wcl = ir::Binary(Op::kMin, pw, ir::Full(static_cast<double>(iw - 1), ws));
+      Value v = gather_hw(hcl, wcl);
+      Value flat = ir::Binary(Op::kAdd, ir::Binary(Op::kMul, along(hcl, r - 2), ir::Full(static_cast<double>(iw), ois)),
+                              along(wcl, r - 1));
+      if (!best) {  // the first tap is always inside its window
+        best = v;
+        best_idx = flat;
+        continue;
+      }
+      Value valid = ir::Binary(Op::kAnd, along(ir::Compare(CompareDir::kLT, ph, eh), r - 2),
+                               along(ir::Compare(CompareDir::kLT, pw, ew), r - 1));
+      Value better = ir::Compare(CompareDir::kGT, v, best);
+      if (ir::IsFloating(x.dtype())) better = ir::Binary(Op::kOr, better, ir::Compare(CompareDir::kNE, v, v));
+      Value take = ir::Binary(Op::kAnd, valid, better);
+      best = ir::Select(take, v, best);
+      best_idx = ir::Select(take, flat, best_idx);
+    }
+  }
+  return {best, best_idx};
+}
+
 // ---- batch norm
 Value PerChannel(const Value& v, const Value& like) { return ir::BroadcastInDim(v, like.dims(), {1}); }
 
@@ -394,68 +486,64 @@ void AddConvRows(std::vector<OpRow>& rows) {
   rows.push_back({"convolution", ConvolutionRow});
   rows.push_back({"convolution_backward_overrideable", [](OpArgs& a) -> V { return ConvolutionBackward(a, 3); }});
   rows.push_back({"convolution_backward", [](OpArgs& a) -> V { return ConvolutionBackward(a, 4); }});
-  rows.push_back({"max_pool2d_with_indices", [](OpArgs& a) -> V {
-    Value x = a.V(0);
-    PoolGeom g = Pool(x, 2, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));
-    auto [vals, idx] = ir::ArgMaxWindow(x, g.window, g.strides, g.dilation, g.padding, 2);
-    return {vals, idx};
-  }});
-  rows.push_back({"max_pool2d_with_indices_backward", [](OpArgs& a) -> V {
-    Value dy = a.V(0), x = a.V(1), idx = a.V(7);
-    int r = x.rank();
-    int64_t planes = 1;
-    for (int i = 0; i < r - 2; ++i) planes *= x.dims()[i];
-    int64_t hw = x.dims()[r - 2] * x.dims()[r - 1];
-    int64_t m = dy.shape().numel() / std::max<int64_t>(planes, 1);
-    ir::Shape is(DType::kS64, {planes, m});
-    Value rows_ = ir::Iota(is, 0);
-    Value cols = Cast(ir::Reshape(idx, {planes, m}), DType::kS64);
-    Value both = ir::Concatenate({ir::Reshape(rows_, {planes * m, 1}), ir::Reshape(cols, {planes * m, 1})}, 1);
-    Value upd = ir::Reshape(dy, {planes * m});
-    Value zeros = ir::Full(0, ir::Shape(dy.dtype(), {planes, hw}));
-    Value g = ir::Scatter(zeros, both, upd, {}, {0, 1}, {0, 1}, 1, 1);
-    return {ir::Reshape(g, x.dims())};
-  }});
-  rows.push_back({"avg_pool2d", [](OpArgs& a) -> V {
-    Value x = a.V(0);
-    PoolGeom g = Pool(x, 2, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
-    DType ct = AccType(x.dtype());
-    Value xc = Cast(x, ct);
-    std::vector<int64_t> ones(x.rank(), 1);
-    Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, xc, ir::Constant(0, ct), g.window, g.strides, ones, ones, g.padding);
-    Value div = AvgDivisor(x, g, 2, a.Bool(5), a.OptInt(6), ct);
-    std::vector<int64_t> bd{x.rank() - 2, x.rank() - 1};
-    return {Cast(ir::Binary(Op::kDiv, sums, ir::BroadcastInDim(div, sums.dims(), bd)), x.dtype())};
-  }});
-  rows.push_back({"avg_pool2d_backward", [](OpArgs& a) -> V {
-    Value dy = a.V(0), x = a.V(1);
-    PoolGeom g = Pool(x, 2, a.Ints(2), a.Ints(3), a.Ints(4), {}, a.Bool(5));
-    DType ct = AccType(x.dtype());
-    Value div = AvgDivisor(x, g, 2, a.Bool(6), a.OptInt(7), ct);
-    int r = x.rank();
-    Value gd = ir::Binary(Op::kDiv, Cast(dy, ct), ir::BroadcastInDim(div, dy.dims(), {r - 2, r - 1}));
-    // Spread each window's share back: dilate by the stride, slide a window of the kernel size.
-    std::vector<int64_t> base(r, 1), ones(r, 1), pad(2 * r, 0);
-    std::vector<int64_t> limit = x.dims(), start(r, 0), strides1(r, 1);
-    bool need_slice = false;
-    for (int i = r - 2; i < r; ++i) {
-      int64_t k = g.window[i], s = g.strides[i], p = g.padding[2 * i];
-      int64_t hd = (dy.dims()[i] - 1) * s + 1;
-      int64_t lo = k - 1 - p;
-      int64_t hi = x.dims()[i] - hd - lo + k - 1;
-      base[i] = s;
-      if (lo < 0) { start[i] = -lo; lo = 0; need_slice = true; }
-      if (hi < 0) { hi = 0; need_slice = true; }
-      pad[2 * i] = lo;
-      pad[2 * i + 1] = hi;
-    }
-    Value gin = ir::ReduceWindow(ir::ReduceKind::kSum, gd, ir::Constant(0, ct), g.window, strides1, base, ones, pad);
-    if (need_slice) {
-      for (int i = r - 2; i < r; ++i) limit[i] = start[i] + x.dims()[i];
-      gin = ir::Slice(gin, start, limit, strides1);
-    }
-    return {Cast(gin, x.dtype())};
-  }});
+  for (int nsp : {2, 3}) {
+    std::string nd = std::to_string(nsp) + "d";
+    rows.push_back({"max_pool" + nd + "_with_indices", [nsp](OpArgs& a) -> V {
+      Value x = a.V(0);
+      if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || x.dtype() == DType::kPred)) throw NotLowered{};  // eager's errors
+      PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));
+      auto [vals, idx] = ir::ArgMaxWindow(x, g.window, g.strides, g.dilation, g.padding, nsp);
+      return {vals, idx};
+    }});
+    rows.push_back({"max_pool" + nd + "_with_indices_backward", [nsp](OpArgs& a) -> V {
+      return {MaxPoolGradFromIndices(a.V(0), a.V(1), a.V(7), nsp)};
+    }});
+    rows.push_back({"avg_pool" + nd, [nsp](OpArgs& a) -> V {
+      Value x = a.V(0);
+      if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || x.dtype() == DType::kPred)) throw NotLowered{};
+      PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
+      // 3-d integers: eager sums and divides in int64 (truncating), as here.
+      DType ct = nsp == 3 && !ir::IsFloating(x.dtype()) ? DType::kS64 : AccType(x.dtype());
+      Value xc = Cast(x, ct);
+      std::vector<int64_t> ones(x.rank(), 1);
+      Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, xc, ir::Constant(0, ct), g.window, g.strides, ones, ones, g.padding);
+      Value div = AvgDivisor(x, g, nsp, a.Bool(5), a.OptInt(6), ct);
+      std::vector<int64_t> bd;
+      for (int i = x.rank() - nsp; i < x.rank(); ++i) bd.push_back(i);
+      return {Cast(ir::Binary(Op::kDiv, sums, ir::BroadcastInDim(div, sums.dims(), bd)), x.dtype())};
+    }});
+    rows.push_back({"avg_pool" + nd + "_backward", [nsp](OpArgs& a) -> V {
+      Value dy = a.V(0), x = a.V(1);
+      PoolGeom g = Pool(x, nsp, a.Ints(2), a.Ints(3), a.Ints(4), {}, a.Bool(5));
+      DType ct = AccType(x.dtype());
+      Value div = AvgDivisor(x, g, nsp, a.Bool(6), a.OptInt(7), ct);
+      int r = x.rank();
+      std::vector<int64_t> bd;
+      for (int i = r - nsp; i < r; ++i) bd.push_back(i);
+      Value gd = ir::Binary(Op::kDiv, Cast(dy, ct), ir::BroadcastInDim(div, dy.dims(), bd));
+      // Spread each window's share back: dilate by the stride, slide a window of the kernel size.
+      std::vector<int64_t> base(r, 1), ones(r, 1), pad(2 * r, 0);
+      std::vector<int64_t> limit = x.dims(), start(r, 0), strides1(r, 1);
+      bool need_slice = false;
+      for (int i = r - nsp; i < r; ++i) {
+        int64_t k = g.window[i], s = g.strides[i], p = g.padding[2 * i];
+        int64_t hd = (dy.dims()[i] - 1) * s + 1;
+        int64_t lo = k - 1 - p;
+        int64_t hi = x.dims()[i] - hd - lo + k - 1;
+        base[i] = s;
+        if (lo < 0) { start[i] = -lo; lo = 0; need_slice = true; }
+        if (hi < 0) { hi = 0; need_slice = true; }
+        pad[2 * i] = lo;
+        pad[2 * i + 1] = hi;
+      }
+      Value gin = ir::ReduceWindow(ir::ReduceKind::kSum, gd, ir::Constant(0, ct), g.window, strides1, base, ones, pad);
+      if (need_slice) {
+        for (int i = r - nsp; i < r; ++i) limit[i] = start[i] + x.dims()[i];
+        gin = ir::Slice(gin, start, limit, strides1);
+      }
+      return {Cast(gin, x.dtype())};
+    }});
+  }
   rows.push_back({"_adaptive_avg_pool2d", [](OpArgs& a) -> V {
     Value x = a.V(0);
     auto os = Expand(a.Ints(1), 2, 1);
@@ -489,7 +577,40 @@ void AddConvRows(std::vector<OpRow>& rows) {
     Value aht = ir::Transpose(ah, {1, 0}), awt = ir::Transpose(aw, {1, 0});
     return {Cast(ResampleLast2(Cast(dy, ct), aht, awt), x.dtype())};
   }});
-
+  rows.push_back({"_adaptive_avg_pool3d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    auto os = Expand(a.Ints(1), 3, 1);
+    int r = x.rank();
+    if ((r != 4 && r != 5) || !ir::IsFloating(x.dtype())) throw NotLowered{};  // eager's errors
+    for (int i = 0; i < 3; ++i) if (os[i] <= 0 || x.dims()[r - 3 + i] == 0) throw NotLowered{};
+    DType ct = AccType(x.dtype());
+    Value y = Cast(x, ct);
+    for (int i = 0; i < 3; ++i) y = AdaptiveAvg1d(y, r - 3 + i, os[i]);
+    return {Cast(y, x.dtype())};
+  }});
+  rows.push_back({"_adaptive_avg_pool3d_backward", [](OpArgs& a) -> V {
+    Value dy = a.V(0), x = a.V(1);
+    int r = x.rank();
+    DType ct = AccType(x.dtype());
+    Value g = Cast(dy, ct);
+    for (int i = 0; i < 3; ++i) {
+      int64_t d = r - 3 + i;
+      g = AlongDim(g, d, ir::Transpose(AdaptiveMatrix(dy.dims()[d], x.dims()[d], ct), {1, 0}));
+    }
+    return {Cast(g, x.dtype())};
+  }});
+  rows.push_back({"adaptive_max_pool2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    auto os = Expand(a.Ints(1), 2, 1);
+    int r = x.rank();
+    if ((r != 3 && r != 4) || os[0] <= 0 || os[1] <= 0 || x.shape().numel() == 0 || !ir::IsFloating(x.dtype())) {
+      throw NotLowered{};  // eager's errors (integer dtypes are not implemented)
+    }
+    return AdaptiveMax2d(x, os[0], os[1]);
+  }});
+  rows.push_back({"adaptive_max_pool2d_backward", [](OpArgs& a) -> V {
+    return {MaxPoolGradFromIndices(a.V(0), a.V(1), a.V(2), 2)};
+  }});
   rows.push_back({"_native_batch_norm_legit_functional", [](OpArgs& a) -> V {
     BnOut r = BatchNorm(a.V(0), a.OptV(1), a.OptV(2), a.OptV(3), a.OptV(4), a.Bool(5), a.Double(6), a.Double(7));
     return {r.out, r.mean, r.invstd, r.rm, r.rv};

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "graph/graph.h"
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -123,6 +124,84 @@ Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value
   }
   Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
   return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, add ? 1 : 0);
+}
+
+// scatter with combine (see ir::Scatter) of src's index-shaped corner into self along dim.
+Value ScatterCombine(const Value& self, int64_t dim, const Value& index, const Value& src, int64_t combine) {
+  int r = self.rank();
+  if (index.shape().numel() == 0) return self;
+  if (r == 0) {
+    Value one = ScatterCombine(ir::Reshape(self, {1}), 0, ir::Reshape(index, {1}),
+                               ir::Reshape(src, {src.shape().numel()}), combine);
+    return ir::Reshape(one, {});
+  }
+  int64_t n = index.shape().numel();
+  Value coords = FullCoordinates(index, dim);
+  Value s = src;
+  if (s.dims() != index.dims()) {
+    std::vector<int64_t> st(r, 0), lim = index.dims(), str(r, 1);
+    s = ir::Slice(s, st, lim, str);
+  }
+  Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
+  return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, combine);
+}
+
+// The lowest (or highest) value of an integer dtype.
+int64_t IntLimit(DType t, bool lowest) {
+  switch (t) {
+    case DType::kS8: return lowest ? INT8_MIN : INT8_MAX;
+    case DType::kS16: return lowest ? INT16_MIN : INT16_MAX;
+    case DType::kS32: return lowest ? INT32_MIN : INT32_MAX;
+    case DType::kU8: return lowest ? 0 : UINT8_MAX;
+    case DType::kU16: return lowest ? 0 : UINT16_MAX;
+    case DType::kU32: return lowest ? 0 : static_cast<int64_t>(UINT32_MAX);
+    case DType::kU64: return lowest ? 0 : -1;  // all ones
+    default: return lowest ? INT64_MIN : INT64_MAX;
+  }
+}
+
+// scatter_reduce.two: sum / prod / mean / amax / amin, with or without self's values. Positions no
+// index reaches keep self; with include_self=False the reached ones start from the reduction's
+// identity. mean divides by the count (floor division for integers), as eager.
+Value ScatterReduceTwo(const Value& self, int64_t dim, const Value& index, const Value& src,
+                       const std::string& reduce, bool include_self) {
+  DType t = self.dtype();
+  if (index.shape().numel() == 0) return self;
+  Value reached = ScatterCombine(ir::Full(0, ir::Shape(DType::kPred, self.dims())), dim, index,
+                                 ir::Full(1, ir::Shape(DType::kPred, index.dims())), 0);
+  auto start = [&](double identity) {
+    return include_self ? self : ir::Select(reached, ir::Full(identity, self.shape()), self);
+  };
+  double inf = std::numeric_limits<double>::infinity();
+  if (reduce == "sum") return ScatterCombine(start(0), dim, index, src, 1);
+  if (reduce == "prod") return ScatterCombine(start(1), dim, index, src, 2);
+  if (reduce == "amax" || reduce == "amin") {
+    bool mx = reduce == "amax";
+    Value base;
+    if (include_self) {
+      base = self;
+    } else if (ir::IsFloating(t)) {
+      base = start(mx ? -inf : inf);
+    } else {  // integer identities: the dtype's lowest / highest value
+      Value lim = ir::ConstantInt(IntLimit(t, mx), t);
+      base = ir::Select(reached, ir::BroadcastInDim(lim, self.dims(), {}), self);
+    }
+    return ScatterCombine(base, dim, index, src, mx ? 3 : 4);
+  }
+  // mean
+  DType ct = OpMath(t);
+  Value sum = ScatterCombine(Cast(start(0), ct), dim, index, Cast(src, ct), 1);
+  Value cnt = ScatterCombine(ir::Full(include_self ? 1 : 0, ir::Shape(ct, self.dims())), dim, index,
+                             ir::Full(1, ir::Shape(ct, index.dims())), 1);
+  cnt = ir::Select(ir::Compare(CompareDir::kEQ, cnt, ir::Full(0, cnt.shape())), ir::Full(1, cnt.shape()), cnt);
+  Value q = ir::Binary(Op::kDiv, sum, cnt);
+  if (!ir::IsFloating(t)) {  // floor division (div's rounding_mode='floor'); integer division truncates
+    Value r = ir::Binary(Op::kRem, sum, cnt);
+    Value fix = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, r, ir::Full(0, r.shape())),
+                           ir::Compare(CompareDir::kLT, ir::Binary(Op::kXor, sum, cnt), ir::Full(0, r.shape())));
+    q = ir::Select(fix, ir::Binary(Op::kSub, q, ir::Full(1, q.shape())), q);
+  }
+  return Cast(q, t);
 }
 
 // Advanced indexing: self[indices...] with index tensors (None = full slice). Returns the
@@ -561,6 +640,81 @@ OpFn ReduceBool(ir::ReduceKind kind, bool with_dim) {
 
 }  // namespace
 
+// x's dim `dim` (size I) mapped through m [O, I]: the result has O at `dim`.
+Value ThroughMatrix(const Value& x, int64_t dim, const Value& m) {
+  Value y = ir::DotGeneral(x, m, {}, {}, {dim}, {1}, x.dtype());  // [x's other dims..., O]
+  int r = x.rank();
+  std::vector<int64_t> perm;
+  for (int p = 0; p < r; ++p) perm.push_back(p < dim ? p : p == dim ? r - 1 : p - 1);
+  return ir::Transpose(y, perm);
+}
+
+// Bicubic taps along one dim (eager's upsample_bicubic2d: A = -0.75, source index not clamped at
+// 0, taps at clamp(floor(src) - 1 + k, 0, in - 1)): indices [4][out] (i64) and weights [4][out].
+struct CubicTaps {
+  Value idx[4], w[4];
+};
+CubicTaps CubicTapsOf(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+  ir::Shape fs(t, {out});
+  auto C = [&](double v) { return ir::Full(v, fs); };
+  Value o = ir::Iota(fs, 0);
+  Value src;
+  if (align_corners) {
+    double s = out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
+    src = ir::Binary(Op::kMul, C(s), o);
+  } else {
+    double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
+    src = ir::Binary(Op::kSub, ir::Binary(Op::kMul, C(s), ir::Binary(Op::kAdd, o, C(0.5))), C(0.5));
+  }
+  Value fl = ir::Unary(Op::kFloor, src);
+  Value tt = ir::Binary(Op::kSub, src, fl);
+  const double A = -0.75;
+  auto mul = [](const Value& a, const Value& b) { return ir::Binary(Op::kMul, a, b); };
+  auto add = [](const Value& a, const Value& b) { return ir::Binary(Op::kAdd, a, b); };
+  auto sub = [](const Value& a, const Value& b) { return ir::Binary(Op::kSub, a, b); };
+  // cubic_convolution1(x) = ((A + 2) x - (A + 3)) x x + 1; cubic_convolution2(x) = ((A x - 5A) x + 8A) x - 4A
+  auto c1 = [&](const Value& x) { return add(mul(mul(sub(mul(C(A + 2), x), C(A + 3)), x), x), C(1)); };
+  auto c2 = [&](const Value& x) { return sub(mul(add(mul(sub(mul(C(A), x), C(5 * A)), x), C(8 * A)), x), C(4 * A)); };
+  CubicTaps c;
+  c.w[0] = c2(add(tt, C(1)));
+  c.w[1] = c1(tt);
+  Value one_m = sub(C(1), tt);
+  c.w[2] = c1(one_m);
+  c.w[3] = c2(add(one_m, C(1)));
+  ir::Shape is(DType::kS64, {out});
+  Value base = ir::Convert(fl, DType::kS64);
+  for (int k = 0; k < 4; ++k) {
+    c.idx[k] = ir::Clamp(ir::Full(0, is), ir::Binary(Op::kAdd, base, ir::Full(k - 1, is)), ir::Full(static_cast<double>(in - 1), is));
+  }
+  return c;
+}
+
+// Bicubic resampling along one dim: sum_k w_k * x[idx_k] (eager's arithmetic: 0 * inf stays NaN).
+Value Cubic1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale) {
+  CubicTaps c = CubicTapsOf(out, x.dims()[dim], align_corners, scale, x.dtype());
+  std::vector<int64_t> od = x.dims();
+  od[dim] = out;
+  Value sum;
+  for (int k = 0; k < 4; ++k) {
+    Value term = ir::Binary(Op::kMul, GatherAlong(x, dim, c.idx[k]), ir::BroadcastInDim(c.w[k], od, {dim}));
+    sum = sum ? ir::Binary(Op::kAdd, sum, term) : term;
+  }
+  return sum;
+}
+
+// [out, in] matrix of bicubic resampling along one dim (clamped taps add up).
+Value CubicMatrix(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
+  CubicTaps c = CubicTapsOf(out, in, align_corners, scale, t);
+  ir::Shape ms(DType::kS64, {out, in});
+  Value col = ir::Iota(ms, 1);
+  Value m = ir::Full(0, ir::Shape(t, {out, in}));
+  for (int k = 0; k < 4; ++k) {
+    Value hit = ir::Compare(CompareDir::kEQ, col, ir::BroadcastInDim(c.idx[k], {out, in}, {0}));
+    m = ir::Binary(Op::kAdd, m, ir::Select(hit, ir::BroadcastInDim(c.w[k], {out, in}, {0}), ir::Full(0, m.shape())));
+  }
+  return m;
+}
+
 void AddIndexRows(std::vector<OpRow>& rows) {
   rows.push_back({"tril", [](OpArgs& a) -> V { return {Triangle(a.V(0), a.Int(1), true)}; }});
   rows.push_back({"triu", [](OpArgs& a) -> V { return {Triangle(a.V(0), a.Int(1), false)}; }});
@@ -636,6 +790,110 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     CheckDim(x, d, idx, "scatter", a.device);
     Value v = BroadcastTo(ScalarV(a.S(3), x.dtype(), a.device), idx.dims());
     return {ScatterReduce(x, d, idx, v, a.Str(4), a)};
+  }});
+  rows.push_back({"scatter_reduce.two", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    std::string reduce = a.Str(4);
+    if (x.dtype() == DType::kPred && reduce != "mean" && src.dtype() == x.dtype() && !ir::IsFloating(idx.dtype())) {
+      // bool: sum and amax are or, prod and amin are and (eager's += and *= on bool).
+      int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+      CheckDim(x, d, idx, "scatter_reduce", a.device);
+      bool any = reduce == "sum" || reduce == "amax";
+      Value base = x;
+      if (!a.Bool(5, true) && idx.shape().numel()) {
+        Value reached = ScatterCombine(ir::Full(0, x.shape()), d, idx, ir::Full(1, ir::Shape(DType::kPred, idx.dims())), 0);
+        base = ir::Select(reached, ir::Full(any ? 0 : 1, x.shape()), x);
+      }
+      return {ScatterCombine(base, d, idx, src, any ? 1 : 2)};
+    }
+    if (x.dtype() == DType::kPred || ir::IsComplex(x.dtype()) || x.dtype() == DType::kU16 ||
+        x.dtype() == DType::kU32 || x.dtype() == DType::kU64) {
+      throw NotLowered{};
+    }
+    if (reduce != "sum" && reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") {
+      throw NotLowered{};  // eager's error
+    }
+    if (src.dtype() != x.dtype() || ir::IsFloating(idx.dtype())) throw NotLowered{};  // eager's errors
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    CheckDim(x, d, idx, "scatter_reduce", a.device);
+    return {ScatterReduceTwo(x, d, idx, src, reduce, a.Bool(5, true))};
+  }});
+  // index_copy: self's slices at index[i] along dim take source's slice i (a scatter).
+  rows.push_back({"index_copy", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    if (idx.rank() > 1 || idx.dtype() != DType::kS64 || src.dtype() != x.dtype()) throw NotLowered{};
+    if (x.rank() == 0) {  // one element: index [0] (or none) and a one-element source
+      if (idx.shape().numel() == 0) return {x};
+      if (idx.shape().numel() != 1 || src.shape().numel() != 1) throw NotLowered{};
+      CheckIndexRange(idx, 0, 1, "index_copy_(): index out of bounds for dimension 0 with size 1", a.device);
+      return {ir::Reshape(src, {})};
+    }
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    int64_t m = idx.shape().numel();
+    std::vector<int64_t> want = x.dims();
+    want[d] = m;
+    if (src.dims() != want) throw NotLowered{};  // eager's size errors
+    if (m == 0) return {x};
+    int64_t n = x.dims()[d];
+    CheckIndexRange(idx, 0, n, "index_copy_(): index out of bounds for dimension " + std::to_string(d) +
+                    " with size " + std::to_string(n), a.device);
+    Value full = ir::BroadcastInDim(ir::Reshape(idx, {m}), src.dims(), {d});
+    return {ScatterCombine(x, d, full, src, 0)};
+  }});
+  // put: self.flatten()[index] = (or +=) source, negative indices wrapping.
+  rows.push_back({"put", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(1), src = a.V(2);
+    bool acc = a.Bool(3);
+    if (idx.dtype() != DType::kS64 || src.dtype() != x.dtype()) throw NotLowered{};
+    int64_t m = idx.shape().numel(), n = x.shape().numel();
+    if (src.shape().numel() != m) throw NotLowered{};  // eager's error
+    if (m == 0) return {x};
+    if (n == 0) throw NotLowered{};
+    CheckIndexRange(idx, -n, n, "put_(): index out of range", a.device);
+    Value i = ir::Reshape(idx, {m});
+    i = ir::Select(ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape())),
+                   ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
+    Value flat = ir::Reshape(x, {n});
+    Value r = ir::Scatter(flat, ir::Reshape(i, {m, 1}), ir::Reshape(src, {m}), {}, {0}, {0}, 1, acc ? 1 : 0);
+    return {ir::Reshape(r, x.dims())};
+  }});
+  // masked_scatter: the k-th True position (row-major) takes source.flatten()[k].
+  rows.push_back({"masked_scatter", [](OpArgs& a) -> V {
+    Value x = a.V(0), mask = a.V(1), src = a.V(2);
+    if (mask.dtype() != DType::kPred || src.dtype() != x.dtype()) throw NotLowered{};
+    auto dims = BroadcastShapes(x.dims(), mask.dims());
+    x = BroadcastTo(x, dims);  // the out-of-place op expands self and mask to one shape
+    int64_t n = x.shape().numel(), ns = src.shape().numel();
+    if (n == 0) return {x};
+    if (ns == 0) throw NotLowered{};
+    Value mflat = ir::Reshape(BroadcastTo(mask, dims), {n});
+    Value k = ir::Cumulative(ir::ReduceKind::kSum, Cast(mflat, DType::kS64), 0);
+    graph::AddCheck(ir::Compare(CompareDir::kLE, ir::Reduce(ir::ReduceKind::kMax, k, {0}),
+                                ir::ConstantInt(ns, DType::kS64)),
+                    "masked_scatter: expected source to have at least as many elements as ones in mask", a.device,
+                    /*runtime_error=*/true);
+    k = ir::Clamp(ir::Full(0, k.shape()), ir::Binary(Op::kSub, k, ir::Full(1, k.shape())),
+                  ir::Full(static_cast<double>(ns - 1), k.shape()));
+    Value g = ir::Gather(ir::Reshape(src, {ns}), ir::Reshape(k, {n, 1}), {}, {0}, {0}, 1, {1});
+    return {ir::Reshape(ir::Select(mflat, g, ir::Reshape(x, {n})), x.dims())};
+  }});
+  // renorm: each slice along dim whose p-norm exceeds maxnorm is scaled by maxnorm / (norm + 1e-7).
+  rows.push_back({"renorm", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (!ir::IsFloating(x.dtype()) || x.rank() == 0) throw NotLowered{};
+    double p = a.S(1).AsDouble(), maxnorm = a.S(3).AsDouble();
+    if (p <= 0 || maxnorm < 0) throw NotLowered{};  // eager's errors
+    int64_t d = ir::NormalizeDim(a.Int(2), x.rank());
+    std::vector<int64_t> others;
+    for (int i = 0; i < x.rank(); ++i) if (i != d) others.push_back(i);
+    DType ct = OpMath(x.dtype());
+    Value xc = Cast(x, ct);
+    Value norm = others.empty() ? ir::Unary(Op::kAbs, xc) : VectorNorm(xc, p, others, true, ct);
+    Value big = ir::Compare(CompareDir::kGT, norm, ir::Full(maxnorm, norm.shape()));
+    Value f = ir::Select(big, ir::Binary(Op::kDiv, ir::Full(maxnorm, norm.shape()),
+                                         ir::Binary(Op::kAdd, norm, ir::Full(1e-7, norm.shape()))),
+                         ir::Full(1, norm.shape()));
+    return {Cast(ir::Binary(Op::kMul, xc, BroadcastTo(f, xc.dims())), x.dtype())};
   }});
   rows.push_back({"scatter_add", [](OpArgs& a) -> V {
     Value x = a.V(0);
@@ -954,6 +1212,61 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     }
     Value y = Linear1d(Linear1d(Cast(x, ct), r - 2, os[0], ac, OptD(a, 3)), r - 1, os[1], ac, OptD(a, 4));
     return {Cast(y, x.dtype())};
+  }});
+  // Linear (1-d) and trilinear (3-d) resampling: Linear1d along each dim; the gradients through the
+  // transposed interpolation matrices.
+  for (int nsp : {1, 3}) {
+    std::string name = nsp == 1 ? "upsample_linear1d" : "upsample_trilinear3d";
+    rows.push_back({name, [nsp](OpArgs& a) -> V {
+      Value x = a.V(0);
+      const auto& os = a.Ints(1);
+      bool ac = a.Bool(2);
+      int r = x.rank();
+      if (r != nsp + 2 || static_cast<int>(os.size()) != nsp || !ir::IsFloating(x.dtype())) throw NotLowered{};
+      for (int i = 0; i < nsp; ++i) if (os[i] <= 0 || x.dims()[r - nsp + i] == 0) throw NotLowered{};
+      if (x.shape().numel() == 0) throw NotLowered{};
+      DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      Value y = Cast(x, ct);
+      for (int i = 0; i < nsp; ++i) y = Linear1d(y, r - nsp + i, os[i], ac, OptD(a, 3 + i));
+      return {Cast(y, x.dtype())};
+    }});
+    rows.push_back({name + "_backward", [nsp](OpArgs& a) -> V {
+      Value g = a.V(0);
+      const auto& os = a.Ints(1);
+      const auto& is = a.Ints(2);
+      bool ac = a.Bool(3);
+      if (!ir::IsFloating(g.dtype())) throw NotLowered{};
+      DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      Value y = Cast(g, ct);
+      for (int i = 0; i < nsp; ++i) {
+        int64_t d = 2 + i;
+        y = ThroughMatrix(y, d, ir::Transpose(LinearMatrix(os[i], is[d], ac, OptD(a, 4 + i), ct), {1, 0}));
+      }
+      return {Cast(y, g.dtype())};
+    }});
+  }
+  rows.push_back({"upsample_bicubic2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& os = a.Ints(1);
+    bool ac = a.Bool(2);
+    int r = x.rank();
+    if (r != 4 || os.size() != 2 || !ir::IsFloating(x.dtype()) || x.shape().numel() == 0 || os[0] <= 0 || os[1] <= 0) {
+      throw NotLowered{};
+    }
+    DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    // Eager interpolates along W first (four rows), then along H.
+    Value y = Cubic1d(Cubic1d(Cast(x, ct), 3, os[1], ac, OptD(a, 4)), 2, os[0], ac, OptD(a, 3));
+    return {Cast(y, x.dtype())};
+  }});
+  rows.push_back({"upsample_bicubic2d_backward", [](OpArgs& a) -> V {
+    Value g = a.V(0);
+    const auto& os = a.Ints(1);
+    const auto& is = a.Ints(2);
+    bool ac = a.Bool(3);
+    if (!ir::IsFloating(g.dtype())) throw NotLowered{};
+    DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value ah = CubicMatrix(os[0], is[2], ac, OptD(a, 4), ct), aw = CubicMatrix(os[1], is[3], ac, OptD(a, 5), ct);
+    return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
   }});
   rows.push_back({"upsample_bilinear2d_backward", [](OpArgs& a) -> V {
     Value g = a.V(0);

@@ -190,6 +190,38 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value m = BatchedMatmul(x, y);
     return {BetaSelfPlusAlpha(a, m)};
   }});
+  rows.push_back({"addbmm", [](OpArgs& a) -> V {
+    // beta * self + alpha * sum_b batch1[b] @ batch2[b]: one dot contracting the batch and inner dims.
+    Value x = a.V(1), y = a.V(2);
+    if (x.rank() != 3 || y.rank() != 3 || x.dtype() != y.dtype() || x.dims()[0] != y.dims()[0] ||
+        x.dims()[2] != y.dims()[1] || x.dtype() == DType::kPred || ir::IsComplex(x.dtype())) {
+      throw NotLowered{};  // eager's errors
+    }
+    DType t = x.dtype();
+    if (t != DType::kBF16 && t != DType::kF16) {
+      Value m = ir::DotGeneral(x, y, {}, {}, {0, 2}, {0, 1}, t);
+      return {BetaSelfPlusAlpha(a, m)};
+    }
+    // bf16/f16: eager adds one product per batch into the result (addmm_, rounded each time).
+    int64_t nb = x.dims()[0];
+    if (nb > 64) throw NotLowered{};
+    std::vector<int64_t> out = {x.dims()[1], y.dims()[2]};
+    double beta = a.S(3).AsDouble(), alpha = a.S(4).AsDouble();
+    // The first step is beta * self + alpha * product, in float32 and rounded once (one gemm).
+    Value acc = beta == 0 ? ir::Full(0, ir::Shape(DType::kF32, out)) : BroadcastTo(Cast(Cast(a.V(0), t), DType::kF32), out);
+    if (beta != 0 && beta != 1) acc = Bin(Op::kMul, acc, ScalarV(beta, DType::kF32, a.device));
+    if (nb == 0) return {Cast(acc, t)};
+    for (int64_t b = 0; b < nb; ++b) {
+      auto batch = [&](const Value& v) {
+        std::vector<int64_t> st = {b, 0, 0}, lim = {b + 1, v.dims()[1], v.dims()[2]}, str = {1, 1, 1};
+        return ir::Reshape(Cast(ir::Slice(v, st, lim, str), DType::kF32), {v.dims()[1], v.dims()[2]});
+      };
+      Value m = ir::DotGeneral(batch(x), batch(y), {}, {}, {1}, {0}, DType::kF32);
+      if (alpha != 1) m = Bin(Op::kMul, m, ScalarV(alpha, DType::kF32, a.device));
+      acc = Cast(Cast(Bin(Op::kAdd, acc, m), t), DType::kF32);
+    }
+    return {Cast(acc, t)};
+  }});
   rows.push_back({"addmv", [](OpArgs& a) -> V {
     Value mat = a.V(1), vec = a.V(2);
     if (mat.rank() != 2 || vec.rank() != 1) a.Fail("vector + matrix @ vector expected");
