@@ -896,12 +896,24 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     const char* name = opts.eager ? "EagerOpExecuteTime" : "ExecuteTime";
     int64_t start = metrics::NowNs();
     outs = GetClient().Execute(comp->exe, args, device);
+    // The donated inputs' buffers now belong to the outputs: mark them. Their PJRT handles are
+    // released only once the computation is done: XLA:CPU holds each donated buffer (a donation
+    // hold) until the execution has finished, and destroying the handle before that waits for it,
+    // which turned every donating launch into a synchronous one for the host (the old parameters'
+    // last holder is this graph, freed at the end of this sync).
+    auto donated_buffers = std::make_shared<std::vector<runtime::Buffer>>();
+    for (const auto& [param, result] : aliases) {
+      ir::DeviceData* d = po.params[param]->data.get();
+      d->donated = true;
+      donated_buffers->push_back(std::move(d->buffer));
+    }
     if (!outs.empty()) {
       metrics::BeginPendingSample();
       bool registered = false;
       try {
-        registered = outs[0].OnReady([name, start] {
+        registered = outs[0].OnReady([name, start, donated_buffers] {
           metrics::EndPendingSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+          donated_buffers->clear();  // the donation is confirmed once the results are defined
         });
       } catch (...) {
       }
@@ -911,14 +923,10 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     }
   }
   g_any_computation = true;
-  // The donated inputs' buffers now belong to the outputs: mark them, and take the value of any tensor
-  // still holding one (only a buffer the user marked for donation can still be held).
+  // Take the value of any tensor still holding a donated buffer (only a buffer the user marked for
+  // donation can still be held).
   bool user_donated = false;
-  for (const auto& [param, result] : aliases) {
-    ir::DeviceData* d = po.params[param]->data.get();
-    d->donated = true;
-    user_donated |= d->user_donor;
-  }
+  for (const auto& [param, result] : aliases) user_donated |= po.params[param]->data->user_donor;
   if (user_donated) {
     for (auto& t : LiveTensors()) {
       if (!t->HasPending() && t->data() && t->data()->donated) t->SetError(kDonatedMessage);
