@@ -474,12 +474,25 @@ void DropPendingChecks(int device, size_t keep) {
   if (it != PendingChecks().end() && it->second.size() > keep) it->second.resize(keep);
 }
 
-void RaiseFailedChecks() {
+namespace {
+std::vector<RanCheck> TakeRanChecks() {
   std::vector<RanCheck> ran;
-  {
-    std::lock_guard<std::mutex> g(g_check_mu);
-    ran.swap(RanChecks());
-  }
+  std::lock_guard<std::mutex> g(g_check_mu);
+  ran.swap(RanChecks());
+  return ran;
+}
+
+// Puts checks taken by TakeRanChecks back in front of those run since (a sync that failed).
+void ReturnRanChecks(std::vector<RanCheck> ran) {
+  if (ran.empty()) return;
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto& now = RanChecks();
+  ran.insert(ran.end(), std::make_move_iterator(now.begin()), std::make_move_iterator(now.end()));
+  now.swap(ran);
+}
+
+// Reads each check's result (waiting for its graph) and raises the first failure.
+void RaiseChecks(std::vector<RanCheck>& ran) {
   for (auto& c : ran) {
     uint8_t ok = 1;
     if (c.result->IsSpmd()) {
@@ -490,6 +503,12 @@ void RaiseFailedChecks() {
     if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
+}
+}  // namespace
+
+void RaiseFailedChecks() {
+  std::vector<RanCheck> ran = TakeRanChecks();
+  RaiseChecks(ran);
 }
 
 // ------------------------------------------------------------------ sync
@@ -901,12 +920,19 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     // hold) until the execution has finished, and destroying the handle before that waits for it,
     // which turned every donating launch into a synchronous one for the host (the old parameters'
     // last holder is this graph, freed at the end of this sync).
+    // TXLA_DONATION_SYNC_RELEASE=1 restores the old behaviour (for benchmarks).
+    static const bool sync_release = [] {
+      const char* v = std::getenv("TXLA_DONATION_SYNC_RELEASE");
+      return v != nullptr && std::string(v) == "1";
+    }();
     auto donated_buffers = std::make_shared<std::vector<runtime::Buffer>>();
     for (const auto& [param, result] : aliases) {
       ir::DeviceData* d = po.params[param]->data.get();
       d->donated = true;
       donated_buffers->push_back(std::move(d->buffer));
     }
+    std::vector<runtime::Buffer> release_now;  // destroyed (waiting for the execution) at this scope's end
+    if (sync_release) release_now.swap(*donated_buffers);
     if (!outs.empty()) {
       metrics::BeginPendingSample();
       bool registered = false;
@@ -1010,7 +1036,9 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
     std::lock_guard<std::mutex> g(g_ctl_mu);
     if (!g_forbid_message.empty()) throw std::runtime_error(g_forbid_message);
   }
-  RaiseFailedChecks();  // from earlier steps
+  // Checks of earlier steps are read after this sync's graphs are launched: reading one waits for
+  // its graph, and waiting before the launch kept step N+1 from being queued while step N ran.
+  std::vector<RanCheck> earlier = TakeRanChecks();
   SyncOptions o = opts;
   static const bool aliasing = [] {
     const char* e = std::getenv("XLA_ENABLE_PARAM_ALIASING");
@@ -1018,7 +1046,13 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   }();
   o.donate = aliasing && tensors == nullptr && !opts.eager;
   o.user_donors = !opts.eager && (tensors == nullptr || g_alias_with_donor_config.load());
-  for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
+  try {
+    for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
+  } catch (...) {
+    ReturnRanChecks(std::move(earlier));
+    throw;
+  }
+  RaiseChecks(earlier);
   if (opts.wait) RaiseFailedChecks();
 }
 
