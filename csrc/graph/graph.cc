@@ -491,15 +491,43 @@ void ReturnRanChecks(std::vector<RanCheck> ran) {
   now.swap(ran);
 }
 
+// Moves the checks whose results are not computed yet out of `ran` (reading them would wait).
+std::vector<RanCheck> TakeUnfinishedChecks(std::vector<RanCheck>& ran) {
+  std::vector<RanCheck> later, now;
+  for (auto& c : ran) {
+    bool ready = true;
+    try {
+      ready = c.result->IsSpmd() || c.result->buffer.IsReady();
+    } catch (...) {
+    }
+    (ready ? now : later).push_back(std::move(c));
+  }
+  ran.swap(now);
+  return later;
+}
+
+// A check's one-byte result. On the CPU plugin a computed buffer is host memory: read it in place
+// (PJRT's device-to-host copy of one byte goes through the plugin's thread pool and wakes a thread,
+// tens of microseconds to milliseconds on a busy machine, at every sync).
+uint8_t ReadCheck(const ir::DeviceData& d) {
+  uint8_t ok = 1;
+  if (d.IsSpmd()) {
+    spmd::AssembleToHost(d, &ok, 1);
+    return ok;
+  }
+  static const bool host_resident = GetClient().PlatformName() == "cpu";
+  if (host_resident && d.buffer.IsReady()) {
+    d.buffer.Await();  // ready: returns at once, or raises the computation's error
+    if (const void* p = d.buffer.UnsafePointer()) return *static_cast<const uint8_t*>(p);
+  }
+  d.buffer.ToHost(&ok, 1);
+  return ok;
+}
+
 // Reads each check's result (waiting for its graph) and raises the first failure.
 void RaiseChecks(std::vector<RanCheck>& ran) {
   for (auto& c : ran) {
-    uint8_t ok = 1;
-    if (c.result->IsSpmd()) {
-      spmd::AssembleToHost(*c.result, &ok, 1);
-    } else {
-      c.result->buffer.ToHost(&ok, 1);
-    }
+    uint8_t ok = ReadCheck(*c.result);
     if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
@@ -1036,9 +1064,17 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
     std::lock_guard<std::mutex> g(g_ctl_mu);
     if (!g_forbid_message.empty()) throw std::runtime_error(g_forbid_message);
   }
-  // Checks of earlier steps are read after this sync's graphs are launched: reading one waits for
-  // its graph, and waiting before the launch kept step N+1 from being queued while step N ran.
+  // Checks of earlier steps: those already computed are read now; the others after this sync's
+  // graphs are launched (reading one waits for its graph, and waiting before the launch kept step
+  // N+1 from being queued while step N ran).
   std::vector<RanCheck> earlier = TakeRanChecks();
+  std::vector<RanCheck> unfinished = TakeUnfinishedChecks(earlier);
+  try {
+    RaiseChecks(earlier);
+  } catch (...) {
+    ReturnRanChecks(std::move(unfinished));
+    throw;
+  }
   SyncOptions o = opts;
   static const bool aliasing = [] {
     const char* e = std::getenv("XLA_ENABLE_PARAM_ALIASING");
@@ -1049,10 +1085,10 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   try {
     for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
   } catch (...) {
-    ReturnRanChecks(std::move(earlier));
+    ReturnRanChecks(std::move(unfinished));
     throw;
   }
-  RaiseChecks(earlier);
+  RaiseChecks(unfinished);
   if (opts.wait) RaiseFailedChecks();
 }
 
@@ -1239,8 +1275,7 @@ void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool
     }
   }
   for (auto& c : old) {
-    uint8_t ok = 1;
-    c.result->buffer.ToHost(&ok, 1);
+    uint8_t ok = ReadCheck(*c.result);
     if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
