@@ -142,3 +142,20 @@ def test_failed_check_raises_at_next_sync_after_launch():
     torch.testing.assert_close(nxt.cpu(), torch.arange(3.0) * 2)  # ran despite the raise
     torch_xla.sync()  # reported once
     del bad
+
+
+def test_fill_scalar_matches_eager():
+    """fill_.Scalar's C++ meta kernel: fills any tensor as eager does (expanded views included)."""
+    dev = torch_xla.device()
+    for make in (lambda d: torch.zeros(2, 3, device=d), lambda d: torch.zeros(3, device=d)[::2],
+                 lambda d: torch.zeros(4, dtype=torch.int32, device=d), lambda d: torch.zeros(2, 2, dtype=torch.bool, device=d)):
+        a, b = make("cpu"), make(dev)
+        a.fill_(3), b.fill_(3)
+        torch.testing.assert_close(b.cpu(), a)
+    x = torch.zeros(1, 3, device=dev)
+    x.expand(4, 3).fill_(2.5)  # eager allows filling overlapping memory
+    torch.testing.assert_close(x.cpu(), torch.full((1, 3), 2.5))
+    q = torch.randn(2, 4, 8, 16)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    out = torch.nn.functional.scaled_dot_product_attention(q.to(dev), q.to(dev), q.to(dev), is_causal=True)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-5)

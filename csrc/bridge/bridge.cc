@@ -828,6 +828,10 @@ at::Tensor& MetaMulScalar_(at::Tensor& s, const at::Scalar& o) {
 at::Tensor& MetaDivScalar_(at::Tensor& s, const at::Scalar& o) {
   return at::meta::div_(s, at::native::wrapped_scalar_tensor(o));
 }
+// fill_ with a number has no shape or dtype rule to check (eager fills any tensor, overlapping
+// memory included); torch's Python meta of fill.Scalar ran for every causal mask of
+// scaled_dot_product_attention's math path.
+at::Tensor& MetaFillScalar_(at::Tensor& s, const at::Scalar&) { return s; }
 
 bool RegisterInplaceMetaKernels() {
   const char* env = std::getenv("TXLA_CPP_INPLACE_META");
@@ -850,6 +854,7 @@ bool RegisterInplaceMetaKernels() {
   meta->impl("sub_.Scalar", TORCH_FN(MetaSubScalar_));
   meta->impl("mul_.Scalar", TORCH_FN(MetaMulScalar_));
   meta->impl("div_.Scalar", TORCH_FN(MetaDivScalar_));
+  meta->impl("fill_.Scalar", TORCH_FN(MetaFillScalar_));
   return true;
 }
 
@@ -944,7 +949,7 @@ void RegisterKernels() {
   std::set<std::string> cpp_meta_ops;  // in-place ops whose C++ meta kernels were registered above
   if (RegisterInplaceMetaKernels()) cpp_meta_ops = {"add_.Tensor", "mul_.Tensor", "div_.Tensor", "addcdiv_", "addcmul_", "lerp_.Scalar",
                                   "lerp_.Tensor", "sqrt_", "add_.Scalar", "sub_.Scalar", "mul_.Scalar",
-                                  "div_.Scalar"};
+                                  "div_.Scalar", "fill_.Scalar"};
   RegisterFunctionalizationFixes(cpp_meta_ops);
   // No sparse XLA tensors (as PyTorch/XLA): the ops that would build one raise, naming the op.
   static torch::Library* sparse =
