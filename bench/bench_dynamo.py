@@ -9,8 +9,8 @@ Each configuration runs in a fresh process.
 - host ms/step (pipelined): the same span inside a loop that never waits (on a 2-core machine the
   device's threads compete with the host for the cores).
 - step ms: wall time per step of the pipelined loop, until the last loss is read.
-- lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. With buffer donation, the XLA:CPU plugin runs
-  the step synchronously inside the launch, so the lazy path's host time includes the execution.
+- lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. (Before issue #12's fix, a donating sync waited
+  for its own step on XLA:CPU; TXLA_DONATION_SYNC_RELEASE=1 reproduces that.)
 
 Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
        [--xla-only] [--batch 16] [--block 64]

@@ -30,6 +30,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,7 +119,8 @@ def run_child(model, name, env, steps, warmup):
     code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, model=model, steps=steps, warmup=warmup)
     full_env = dict(os.environ, **env)
     python = full_env.pop("PYTHON", sys.executable)  # another build's interpreter (before/after)
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=full_env, cwd=REPO)
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=full_env,
+                       cwd=tempfile.gettempdir())  # not the repo: its torch_xla/ would shadow PYTHON's build
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
