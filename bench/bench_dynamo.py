@@ -11,8 +11,8 @@ Each configuration runs in a fresh process.
 - step ms: wall time per step of the pipelined loop, until the last loss is read.
 - cpu ms: CPU time of the whole process (every thread: host and XLA:CPU's compute) per step of
   the idle-device loop; less sensitive to other jobs on the machine than wall time.
-- lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. With buffer donation, the XLA:CPU plugin runs
-  the step synchronously inside the launch, so the lazy path's host time includes the execution.
+- lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. (Before issue #12's fix, a donating sync waited
+  for its own step on XLA:CPU; TXLA_DONATION_SYNC_RELEASE=1 reproduces that.)
 
 Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
        [--xla-only] [--batch 16] [--block 64] [--repeat 1] [--ab]

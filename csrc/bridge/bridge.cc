@@ -14,6 +14,8 @@
 #include <ATen/ops/div_meta_dispatch.h>
 #include <ATen/ops/lerp_meta_dispatch.h>
 #include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/sub_meta_dispatch.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/ops/sqrt_meta_dispatch.h>
 
 #include <cstdlib>
@@ -874,10 +876,37 @@ at::Tensor& MetaSqrt_(at::Tensor& s) {
   CheckNoOverlappingWrite(s, "aten::sqrt_");
   return at::meta::sqrt_(s);
 }
+// The Scalar overloads are eager's composites of the Tensor ones with a wrapped-number scalar (the
+// foreach optimizers' `_foreach_mul_(ts, beta)`, `_foreach_add_(ts, eps)`, `_foreach_div_(ts, c)`):
+// without these, each call reached torch's Python meta of the functional op (~40 us apiece).
+at::Tensor& MetaAddScalar_(at::Tensor& s, const at::Scalar& o, const at::Scalar& a) {
+  CheckNoOverlappingWrite(s, "aten::add_");
+  return at::meta::add_(s, at::native::wrapped_scalar_tensor(o), a);
+}
+at::Tensor& MetaSubScalar_(at::Tensor& s, const at::Scalar& o, const at::Scalar& a) {
+  CheckNoOverlappingWrite(s, "aten::sub_");
+  return at::meta::sub_(s, at::native::wrapped_scalar_tensor(o), a);
+}
+at::Tensor& MetaMulScalar_(at::Tensor& s, const at::Scalar& o) {
+  CheckNoOverlappingWrite(s, "aten::mul_");
+  return at::meta::mul_(s, at::native::wrapped_scalar_tensor(o));
+}
+at::Tensor& MetaDivScalar_(at::Tensor& s, const at::Scalar& o) {
+  CheckNoOverlappingWrite(s, "aten::div_");
+  return at::meta::div_(s, at::native::wrapped_scalar_tensor(o));
+}
+// fill_ with a number has no shape or dtype rule to check (eager fills any tensor, overlapping
+// memory included); torch's Python meta of fill.Scalar ran for every causal mask of
+// scaled_dot_product_attention's math path. A fill of a view whose elements overlap keeps the
+// view's layout (see NoteOverlappingWrite).
+at::Tensor& MetaFillScalar_(at::Tensor& s, const at::Scalar&) {
+  NoteOverlappingWrite(s);
+  return s;
+}
 
-void RegisterInplaceMetaKernels() {
+bool RegisterInplaceMetaKernels() {
   const char* env = std::getenv("TXLA_CPP_INPLACE_META");
-  if (env && std::string(env) == "0") return;
+  if (env && std::string(env) == "0") return false;
   struct Quiet : c10::WarningHandler {
     void process(const c10::Warning&) override {}  // the override below is deliberate
   } quiet;
@@ -892,6 +921,12 @@ void RegisterInplaceMetaKernels() {
   meta->impl("lerp_.Scalar", TORCH_FN(MetaLerpScalar_));
   meta->impl("lerp_.Tensor", TORCH_FN(MetaLerpTensor_));
   meta->impl("sqrt_", TORCH_FN(MetaSqrt_));
+  meta->impl("add_.Scalar", TORCH_FN(MetaAddScalar_));
+  meta->impl("sub_.Scalar", TORCH_FN(MetaSubScalar_));
+  meta->impl("mul_.Scalar", TORCH_FN(MetaMulScalar_));
+  meta->impl("div_.Scalar", TORCH_FN(MetaDivScalar_));
+  meta->impl("fill_.Scalar", TORCH_FN(MetaFillScalar_));
+  return true;
 }
 
 }  // namespace
@@ -982,9 +1017,11 @@ void RegisterKernels() {
       lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
     }
   }
-  RegisterInplaceMetaKernels();
-  RegisterFunctionalizationFixes({"add_.Tensor", "mul_.Tensor", "div_.Tensor", "addcdiv_", "addcmul_", "lerp_.Scalar",
-                                  "lerp_.Tensor", "sqrt_"});
+  std::set<std::string> cpp_meta_ops;  // in-place ops whose C++ meta kernels were registered above
+  if (RegisterInplaceMetaKernels()) cpp_meta_ops = {"add_.Tensor", "mul_.Tensor", "div_.Tensor", "addcdiv_", "addcmul_", "lerp_.Scalar",
+                                  "lerp_.Tensor", "sqrt_", "add_.Scalar", "sub_.Scalar", "mul_.Scalar",
+                                  "div_.Scalar", "fill_.Scalar"};
+  RegisterFunctionalizationFixes(cpp_meta_ops);
   // No sparse XLA tensors (as PyTorch/XLA): the ops that would build one raise, naming the op.
   static torch::Library* sparse =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::SparseXLA, __FILE__, __LINE__);

@@ -47,6 +47,9 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops);
 // In-place ops that read what they write: eager's error for broadcast overlap, and ours for any
 // other overlap of `self`'s elements (eager's result would depend on its iteration order).
 void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);
+// A write allowed into overlapping memory (fills): the functional op's result keeps `self`'s
+// layout when its elements overlap (ExpectInplaceResultLayout), else nothing is expected.
+void NoteOverlappingWrite(const at::Tensor& self);
 // Writes into a view whose elements overlap (allowed for fills and copies): the functional op that
 // functionalization runs next gets `self`'s layout (an overlapping view keeps reporting it).
 void ExpectInplaceResultLayout(const at::Tensor& self);

@@ -338,7 +338,7 @@ struct InplaceMeta : c10::OperatorKernel {
         CheckNoOverlappingWrite(self, op.schema().name());
       }
     }
-    if (!self.is_non_overlapping_and_dense() && Overlaps(self.sizes(), self.strides())) ExpectInplaceResultLayout(self);
+    NoteOverlappingWrite(self);
     torch::jit::Stack st(ivs.begin(), ivs.end());
     functional_.callBoxed(st);
     if (!st.empty() && st[0].isTensor()) {
@@ -436,7 +436,13 @@ void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>
 
 }  // namespace
 
+void NoteOverlappingWrite(const at::Tensor& self) {
+  ClearInplaceResultLayout();
+  if (!self.is_non_overlapping_and_dense() && Overlaps(self.sizes(), self.strides())) ExpectInplaceResultLayout(self);
+}
+
 void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op) {
+  ClearInplaceResultLayout();
   TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a single memory "
               "location. Please clone() the tensor before performing the operation.");

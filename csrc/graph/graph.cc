@@ -474,22 +474,69 @@ void DropPendingChecks(int device, size_t keep) {
   if (it != PendingChecks().end() && it->second.size() > keep) it->second.resize(keep);
 }
 
-void RaiseFailedChecks() {
+namespace {
+std::vector<RanCheck> TakeRanChecks() {
   std::vector<RanCheck> ran;
-  {
-    std::lock_guard<std::mutex> g(g_check_mu);
-    ran.swap(RanChecks());
-  }
+  std::lock_guard<std::mutex> g(g_check_mu);
+  ran.swap(RanChecks());
+  return ran;
+}
+
+// Puts checks taken by TakeRanChecks back in front of those run since (a sync that failed).
+void ReturnRanChecks(std::vector<RanCheck> ran) {
+  if (ran.empty()) return;
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto& now = RanChecks();
+  ran.insert(ran.end(), std::make_move_iterator(now.begin()), std::make_move_iterator(now.end()));
+  now.swap(ran);
+}
+
+// Moves the checks whose results are not computed yet out of `ran` (reading them would wait).
+std::vector<RanCheck> TakeUnfinishedChecks(std::vector<RanCheck>& ran) {
+  std::vector<RanCheck> later, now;
   for (auto& c : ran) {
-    uint8_t ok = 1;
-    if (c.result->IsSpmd()) {
-      spmd::AssembleToHost(*c.result, &ok, 1);
-    } else {
-      c.result->buffer.ToHost(&ok, 1);
+    bool ready = true;
+    try {
+      ready = c.result->IsSpmd() || c.result->buffer.IsReady();
+    } catch (...) {
     }
+    (ready ? now : later).push_back(std::move(c));
+  }
+  ran.swap(now);
+  return later;
+}
+
+// A check's one-byte result. On the CPU plugin a computed buffer is host memory: read it in place
+// (PJRT's device-to-host copy of one byte goes through the plugin's thread pool and wakes a thread,
+// tens of microseconds to milliseconds on a busy machine, at every sync).
+uint8_t ReadCheck(const ir::DeviceData& d) {
+  uint8_t ok = 1;
+  if (d.IsSpmd()) {
+    spmd::AssembleToHost(d, &ok, 1);
+    return ok;
+  }
+  static const bool host_resident = GetClient().PlatformName() == "cpu";
+  if (host_resident && d.buffer.IsReady()) {
+    d.buffer.Await();  // ready: returns at once, or raises the computation's error
+    if (const void* p = d.buffer.UnsafePointer()) return *static_cast<const uint8_t*>(p);
+  }
+  d.buffer.ToHost(&ok, 1);
+  return ok;
+}
+
+// Reads each check's result (waiting for its graph) and raises the first failure.
+void RaiseChecks(std::vector<RanCheck>& ran) {
+  for (auto& c : ran) {
+    uint8_t ok = ReadCheck(*c.result);
     if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }
+}
+}  // namespace
+
+void RaiseFailedChecks() {
+  std::vector<RanCheck> ran = TakeRanChecks();
+  RaiseChecks(ran);
 }
 
 // ------------------------------------------------------------------ sync
@@ -896,12 +943,31 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     const char* name = opts.eager ? "EagerOpExecuteTime" : "ExecuteTime";
     int64_t start = metrics::NowNs();
     outs = GetClient().Execute(comp->exe, args, device);
+    // The donated inputs' buffers now belong to the outputs: mark them. Their PJRT handles are
+    // released only once the computation is done: XLA:CPU holds each donated buffer (a donation
+    // hold) until the execution has finished, and destroying the handle before that waits for it,
+    // which turned every donating launch into a synchronous one for the host (the old parameters'
+    // last holder is this graph, freed at the end of this sync).
+    // TXLA_DONATION_SYNC_RELEASE=1 restores the old behaviour (for benchmarks).
+    static const bool sync_release = [] {
+      const char* v = std::getenv("TXLA_DONATION_SYNC_RELEASE");
+      return v != nullptr && std::string(v) == "1";
+    }();
+    auto donated_buffers = std::make_shared<std::vector<runtime::Buffer>>();
+    for (const auto& [param, result] : aliases) {
+      ir::DeviceData* d = po.params[param]->data.get();
+      d->donated = true;
+      donated_buffers->push_back(std::move(d->buffer));
+    }
+    std::vector<runtime::Buffer> release_now;  // destroyed (waiting for the execution) at this scope's end
+    if (sync_release) release_now.swap(*donated_buffers);
     if (!outs.empty()) {
       metrics::BeginPendingSample();
       bool registered = false;
       try {
-        registered = outs[0].OnReady([name, start] {
+        registered = outs[0].OnReady([name, start, donated_buffers] {
           metrics::EndPendingSample(name, static_cast<double>(metrics::NowNs() - start), metrics::Unit::kTime);
+          donated_buffers->clear();  // the donation is confirmed once the results are defined
         });
       } catch (...) {
       }
@@ -911,14 +977,10 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     }
   }
   g_any_computation = true;
-  // The donated inputs' buffers now belong to the outputs: mark them, and take the value of any tensor
-  // still holding one (only a buffer the user marked for donation can still be held).
+  // Take the value of any tensor still holding a donated buffer (only a buffer the user marked for
+  // donation can still be held).
   bool user_donated = false;
-  for (const auto& [param, result] : aliases) {
-    ir::DeviceData* d = po.params[param]->data.get();
-    d->donated = true;
-    user_donated |= d->user_donor;
-  }
+  for (const auto& [param, result] : aliases) user_donated |= po.params[param]->data->user_donor;
   if (user_donated) {
     for (auto& t : LiveTensors()) {
       if (!t->HasPending() && t->data() && t->data()->donated) t->SetError(kDonatedMessage);
@@ -1002,7 +1064,17 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
     std::lock_guard<std::mutex> g(g_ctl_mu);
     if (!g_forbid_message.empty()) throw std::runtime_error(g_forbid_message);
   }
-  RaiseFailedChecks();  // from earlier steps
+  // Checks of earlier steps: those already computed are read now; the others after this sync's
+  // graphs are launched (reading one waits for its graph, and waiting before the launch kept step
+  // N+1 from being queued while step N ran).
+  std::vector<RanCheck> earlier = TakeRanChecks();
+  std::vector<RanCheck> unfinished = TakeUnfinishedChecks(earlier);
+  try {
+    RaiseChecks(earlier);
+  } catch (...) {
+    ReturnRanChecks(std::move(unfinished));
+    throw;
+  }
   SyncOptions o = opts;
   static const bool aliasing = [] {
     const char* e = std::getenv("XLA_ENABLE_PARAM_ALIASING");
@@ -1010,7 +1082,13 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   }();
   o.donate = aliasing && tensors == nullptr && !opts.eager;
   o.user_donors = !opts.eager && (tensors == nullptr || g_alias_with_donor_config.load());
-  for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
+  try {
+    for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
+  } catch (...) {
+    ReturnRanChecks(std::move(unfinished));
+    throw;
+  }
+  RaiseChecks(unfinished);
   if (opts.wait) RaiseFailedChecks();
 }
 
@@ -1197,8 +1275,7 @@ void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool
     }
   }
   for (auto& c : old) {
-    uint8_t ok = 1;
-    c.result->buffer.ToHost(&ok, 1);
+    uint8_t ok = ReadCheck(*c.result);
     if (!ok && c.runtime_error) throw CheckError(c.message);
     if (!ok) throw IndexCheckError(c.message);
   }

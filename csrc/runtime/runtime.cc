@@ -351,6 +351,26 @@ void Buffer::Await() const {
   ev.Await("buffer not ready (computation failed)");
 }
 
+bool Buffer::IsReady() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::IsReady: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_ReadyEvent_Args>(PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_ReadyEvent)(&a), "Buffer_ReadyEvent");
+  Event ev(api_, a.event);
+  auto r = MakeArgs<PJRT_Event_IsReady_Args>(PJRT_Event_IsReady_Args_STRUCT_SIZE);
+  r.event = a.event;
+  Check(api_, PJRT_FN(api_, PJRT_Event_IsReady)(&r), "Event_IsReady");
+  return r.is_ready;
+}
+
+const void* Buffer::UnsafePointer() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::UnsafePointer: empty buffer");
+  auto a = MakeArgs<PJRT_Buffer_UnsafePointer_Args>(PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  Check(api_, PJRT_FN(api_, PJRT_Buffer_UnsafePointer)(&a), "Buffer_UnsafePointer");
+  return reinterpret_cast<const void*>(a.buffer_pointer);
+}
+
 namespace {
 struct ReadyCallback {
   const PJRT_Api* api;

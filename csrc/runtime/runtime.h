@@ -79,6 +79,11 @@ class Buffer {
   explicit operator bool() const { return buf_ != nullptr; }
   // Blocks until the buffer's data is ready (errors surface as PjrtError).
   void Await() const;
+  // True once the buffer's data is ready (or its computation failed); never blocks.
+  bool IsReady() const;
+  // The buffer's address as the plugin reports it (PJRT_Buffer_UnsafePointer): on a CPU client,
+  // host memory holding the data once the buffer is ready, valid while this Buffer lives.
+  const void* UnsafePointer() const;
   // Calls done() on a PJRT thread once the buffer is ready (or its computation failed); never
   // blocks. Used to time executions without waiting for them.
   // Returns false (done() never called) where the plugin cannot report readiness.
