@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# One command for a GPU machine (torch preinstalled, no network): builds torch_xla against THAT torch,
+# checks the CUDA plugin, runs the GPU-relevant tests with PJRT_DEVICE=CUDA and the GPU benchmark, and
+# writes OUTDIR/gpu_check.log (everything printed) and OUTDIR/gpu_check.json (stages, test counts,
+# plugin check, benchmark figures; the benchmark also in OUTDIR/bench_gpu.json).
+#
+#   bash scripts/gpu_check.sh OUTDIR
+#
+# Fits in GPU_CHECK_BUDGET_S seconds (default 470, i.e. under 8 minutes): every stage runs under
+# `timeout` with at most what is left of the budget, so a hang cannot eat it; stage timings printed.
+# Before the trip run scripts/gpu_prepare.sh here and carry .gpu_carry (the PJRT header + wheels).
+#
+# Dry run on a machine without a GPU (the CPU plugin, tiny benchmark shapes, build skipped if built):
+#   PJRT_DEVICE=CPU GPU_CHECK_DRY_RUN=1 bash scripts/gpu_check.sh /tmp/x
+#
+# Environment: PYTHON (default: python3, or .venv/bin/python in a dry run), PJRT_DEVICE (default CUDA),
+# GPU_CHECK_BUDGET_S, GPU_CHECK_OPINFO_SAMPLE (OpInfo cases to run, default 120; 30 in a dry run),
+# GPU_CHECK_SKIP (comma list of stages to skip: build,plugin,tests,bench), GPU_CHECK_BENCH_ARGS (extra args).
+set -uo pipefail
+OUTDIR=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+LOG="$OUTDIR/gpu_check.log"
+: > "$LOG"
+exec > >(tee -a "$LOG") 2>&1
+rm -f "$OUTDIR/stages.tsv" "$OUTDIR"/tests_*.log "$OUTDIR/plugin_check.json" "$OUTDIR/bench_gpu.json" "$OUTDIR/gpu_check.json"
+
+DRY=${GPU_CHECK_DRY_RUN:-0}
+export PJRT_DEVICE=${PJRT_DEVICE:-CUDA}
+export PYTHONUNBUFFERED=1
+BUDGET=${GPU_CHECK_BUDGET_S:-470}
+SKIP=",${GPU_CHECK_SKIP:-},"
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
+elif [ "$DRY" = 1 ] && [ -x .venv/bin/python ]; then PY=$REPO/.venv/bin/python
+else PY=$(command -v python3); fi
+if [ "$DRY" = 1 ]; then SAMPLE=${GPU_CHECK_OPINFO_SAMPLE:-30}; else SAMPLE=${GPU_CHECK_OPINFO_SAMPLE:-120}; fi
+T0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+
+# stage NAME CAP_S CMD...: runs CMD under timeout min(CAP_S, what is left - 15 s for the summary).
+stage() {
+  local name=$1 cap=$2; shift 2
+  local lim; lim=$(( $(left) - 15 )); [ "$lim" -gt "$cap" ] && lim=$cap
+  if [ "$lim" -lt 5 ]; then
+    echo "=== [$name] skipped: budget spent"; printf '%s\t%s\t%s\t%s\n' "$name" 125 0 0 >> "$OUTDIR/stages.tsv"; return 125
+  fi
+  echo "=== [$name] start (limit ${lim}s, $(left)s of the budget left)"
+  local s; s=$(date +%s.%N)
+  timeout -k 10 "$lim" bash -c '"$@"' stage "$@"; local rc=$?
+  local dt; dt=$(python3 -c "print(round($(date +%s.%N)-$s,1))" 2>/dev/null || echo 0)
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "=== [$name] TIMED OUT after ${lim}s"
+  echo "=== [$name] rc=$rc in ${dt}s"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$dt" "$lim" >> "$OUTDIR/stages.tsv"
+  return $rc
+}
+export PY OUTDIR REPO
+skipped() { case "$SKIP" in *",$1,"*) echo "=== [$1] skipped (GPU_CHECK_SKIP)"; return 0;; esac; return 1; }
+
+echo "gpu_check: repo=$REPO python=$PY PJRT_DEVICE=$PJRT_DEVICE dry_run=$DRY budget=${BUDGET}s $(date -u +%FT%TZ)"
+
+env_info() {
+  command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  "$PY" -c "import sys,torch;print('python',sys.version.split()[0],'torch',torch.__version__,'cuda',torch.version.cuda,'cuda available',torch.cuda.is_available())"
+  "$PY" -m pip list 2>/dev/null | grep -i -E '^(torch|jax|jaxlib|jax-cuda13-pjrt|xla-cuda13-pjrt|xla-cpu-pjrt|pybind11|scikit-build-core|cmake|ninja|pytest|expecttest) '
+  nproc
+  return 0
+}
+export -f env_info
+stage env 40 env_info
+
+# Wheels carried in .gpu_carry/whl (pure Python) for modules the machine lacks.
+if ls .gpu_carry/whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import expecttest" 2>/dev/null; then
+  SITE=/tmp/gpu_check_site
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu_carry/whl/*.whl \
+    && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+build() {
+  if [ -z "${TXLA_PJRT_INCLUDE:-}" ]; then
+    local inc
+    inc=$("$PY" -c "import importlib.util,os;s=importlib.util.find_spec('xla_plugins.xla_cpu_pjrt');print(os.path.join(os.path.dirname(s.origin),'include') if s else '')" 2>/dev/null)
+    if [ -z "$inc" ] || [ ! -f "$inc/pjrt_c_api.h" ]; then
+      if [ -f .gpu_carry/pjrt/pjrt_c_api.h ]; then export TXLA_PJRT_INCLUDE=$REPO/.gpu_carry/pjrt
+      else echo "build: no pjrt_c_api.h: run scripts/gpu_prepare.sh where the network is and carry .gpu_carry"; return 2; fi
+    fi
+  fi
+  echo "build: TXLA_PJRT_INCLUDE=${TXLA_PJRT_INCLUDE:-<from xla-cpu-pjrt>}"
+  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+  "$PY" -m pip install --no-build-isolation --no-deps --no-index -e . 2>&1 | grep -v -E '^\s*$|Location .* is ignored'
+  return "${PIPESTATUS[0]}"
+}
+export -f build
+if ! skipped build; then
+  if [ "$DRY" = 1 ] && "$PY" -c "import torch_xla._C" 2>/dev/null; then
+    echo "=== [build] skipped: dry run and torch_xla is already built for $PY"
+  else
+    stage build 240 build || { echo "gpu_check: build failed"; "$PY" scripts/gpu_check_util.py summary "$OUTDIR"; exit 1; }
+  fi
+fi
+
+skipped plugin || stage plugin 90 "$PY" scripts/gpu_check_util.py plugin-check "$OUTDIR/plugin_check.json"
+
+run_tests() {  # run_tests NAME ARGS...: one pytest run, its log in OUTDIR/tests_NAME.log
+  local name=$1; shift
+  "$PY" -m pytest -q -p no:cacheprovider -rfE "$@" 2>&1 | tee "$OUTDIR/tests_$name.log" | tail -n 40
+  return "${PIPESTATUS[0]}"
+}
+export -f run_tests
+if ! skipped tests; then
+  for f in test_models test_training test_compile_control test_cache test_views_inplace; do
+    stage "tests:$f" 75 run_tests "$f" "tests/$f.py"
+  done
+  mapfile -t OPIDS < <(timeout 60 "$PY" scripts/gpu_check_util.py opinfo-sample "$SAMPLE")
+  if [ "${#OPIDS[@]}" -gt 0 ]; then
+    stage "tests:opinfo_sample" 90 run_tests opinfo_sample "${OPIDS[@]}"
+  else
+    echo "=== [tests:opinfo_sample] could not collect the OpInfo cases"
+  fi
+fi
+
+if ! skipped bench; then
+  BENCH_ARGS=(--out "$OUTDIR/bench_gpu.json")
+  [ "$DRY" = 1 ] && BENCH_ARGS+=(--tiny)
+  blim=$(( $(left) - 25 ))
+  # shellcheck disable=SC2206
+  stage bench $(( blim + 10 )) "$PY" bench/bench_gpu.py "${BENCH_ARGS[@]}" --budget-s "$blim" ${GPU_CHECK_BENCH_ARGS:-}
+fi
+
+echo "=== summary ($(( $(date +%s) - T0 ))s of ${BUDGET}s)"
+"$PY" scripts/gpu_check_util.py summary "$OUTDIR"
+echo "gpu_check: wrote $LOG and $OUTDIR/gpu_check.json"

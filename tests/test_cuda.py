@@ -1,0 +1,147 @@
+"""PJRT_DEVICE=CUDA (issue #14).
+
+Everywhere: plugin discovery, and the error paths (no plugin installed; a plugin installed but no
+GPU) raise a clear Python exception, never an abort. On a GPU machine (PJRT_DEVICE=CUDA and a GPU, as
+scripts/gpu_check.sh runs it): the device kind, memory figures from PJRT and bf16/f16 results against
+eager CPU.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from torch_xla._internal import cuda_libs, plugins
+
+SUBPROCESS_TIMEOUT = 180
+
+
+def _cuda_plugin() -> str | None:
+    for candidate in plugins._DEVICES["CUDA"].candidates:
+        path = plugins._locate(candidate)
+        if path is not None:
+            return path
+    return None
+
+
+def _gpu_present() -> bool:
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+ON_CUDA = os.environ.get("PJRT_DEVICE", "").strip().upper() in ("CUDA", "GPU") and _gpu_present()
+_CLEAN = {"PJRT_PLUGIN_LIBRARY_PATH": None, "TORCH_XLA_PLUGIN_PATH": None, "GPU_NUM_DEVICES": None}
+
+_NO_ABORT = ("import torch, torch_xla\n"
+             "try:\n    torch_xla.device()\nexcept Exception as e:\n"
+             "    print('RAISED', type(e).__name__, '|', str(e).replace(chr(10), ' '))\n"
+             "try:\n    torch.ones(2, device='xla')\nexcept Exception as e:\n"
+             "    print('RAISED2', type(e).__name__)\n"
+             "print('ALIVE')\n")
+
+
+@pytest.mark.parametrize("name", ["CUDA", "GPU", "cuda"])
+def test_no_cuda_plugin_installed_names_the_wheel(python_subprocess, name):
+    """With no CUDA plugin installed, PJRT_DEVICE=CUDA/GPU says what to pip install."""
+    code = ("import torch_xla._internal.plugins as p\n"
+            "p._locate = lambda candidate: None\n" + _NO_ABORT)
+    r = python_subprocess(code, {"PJRT_DEVICE": name, **_CLEAN}, SUBPROCESS_TIMEOUT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = re.search(r"^RAISED (\w+) \| (.*)$", r.stdout, re.M)
+    assert m, r.stdout + r.stderr[-2000:]
+    assert m.group(1) == "RuntimeError"
+    assert "PJRT_DEVICE=CUDA" in m.group(2) and "pip install xla-cuda13-pjrt" in m.group(2)
+    assert "jax-cuda13-pjrt" in m.group(2) and "PJRT_PLUGIN_LIBRARY_PATH" in m.group(2)
+    assert "RAISED2 RuntimeError" in r.stdout and "ALIVE" in r.stdout
+
+
+def test_cuda_plugin_discovery_finds_installed_wheel():
+    path = _cuda_plugin()
+    if path is None:
+        pytest.skip("no CUDA PJRT plugin wheel installed (jax-cuda13-pjrt or xla-cuda13-pjrt)")
+    assert os.path.basename(path) in ("xla_cuda_plugin.so", "xla_gpu_pjrt.so")
+    got, canonical = plugins.plugin_for("GPU")
+    assert canonical == "CUDA" and os.path.isfile(got)
+
+
+@pytest.mark.skipif(_gpu_present(), reason="a GPU is present: the no-GPU error path cannot be shown here")
+@pytest.mark.parametrize("name", ["CUDA", "GPU"])
+def test_cuda_plugin_without_gpu_raises_plugin_reason(python_subprocess, name):
+    """A CUDA plugin installed on a machine with no GPU: the plugin's own reason comes back as a
+    Python RuntimeError naming the plugin; the process lives on (no abort)."""
+    path = _cuda_plugin()
+    if path is None:
+        pytest.skip("no CUDA PJRT plugin wheel installed: pip install jax-cuda13-pjrt (or xla-cuda13-pjrt)")
+    r = python_subprocess(_NO_ABORT, {"PJRT_DEVICE": name, **_CLEAN}, SUBPROCESS_TIMEOUT)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    m = re.search(r"^RAISED (\w+) \| (.*)$", r.stdout, re.M)
+    assert m, r.stdout + r.stderr[-2000:]
+    assert m.group(1) == "RuntimeError", m.group(0)
+    msg = m.group(2)
+    assert os.path.basename(path) in msg, msg  # names the plugin it tried
+    assert re.search(r"cuda|gpu|device", msg, re.I), msg  # and the plugin's reason
+    assert "ALIVE" in r.stdout
+
+
+def test_cuda_libs_preload_is_harmless_without_nvidia_wheels(tmp_path, monkeypatch):
+    # A fake nvidia tree with a file that is no library: skipped, no exception.
+    lib = tmp_path / "nvidia" / "cudnn" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudnn.so.9").write_bytes(b"not an ELF file")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cuda_libs, "_loaded", {})
+    assert str(lib) in cuda_libs._nvidia_lib_dirs()
+    loaded = cuda_libs.preload()
+    assert "libcudnn.so.9" not in loaded
+
+
+# ------------------------------------------------------------------ on a GPU (PJRT_DEVICE=CUDA)
+
+gpu = pytest.mark.skipif(not ON_CUDA, reason="needs PJRT_DEVICE=CUDA and a GPU (scripts/gpu_check.sh)")
+
+
+@gpu
+def test_device_hw_is_cuda():
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    dev = torch_xla.device()
+    assert xm.xla_device_hw(dev) == "CUDA"
+    assert xr.device_type() in ("CUDA", "GPU")
+    assert torch_xla.device_count() >= 1
+
+
+@gpu
+def test_memory_info_from_pjrt_stats():
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    dev = torch_xla.device()
+    before = xm.get_memory_info(dev)
+    x = torch.ones(64, 1024, 1024, device=dev)  # 256 MiB
+    torch_xla.sync()
+    after = xm.get_memory_info(dev)
+    assert after["bytes_limit"] > 0 and after["kb_total"] == after["bytes_limit"] // 1024
+    assert after["bytes_used"] >= before["bytes_used"] + 200 * 2**20
+    assert after["peak_bytes_used"] >= after["bytes_used"]
+    del x
+
+
+@gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16", "float32"])
+def test_low_precision_matches_eager_cpu(dtype_name):
+    import torch
+    import torch.nn.functional as F
+    import torch_xla
+
+    dtype = getattr(torch, dtype_name)
+    dev = torch_xla.device()
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(128, 256, generator=g).to(dtype), torch.randn(256, 64, generator=g).to(dtype))
+    ref = F.softmax(F.gelu(a @ b), dim=-1).sum(0)
+    got = F.softmax(F.gelu(a.to(dev) @ b.to(dev)), dim=-1).sum(0).cpu()
+    assert got.dtype == dtype
+    tol = {"bfloat16": 3e-2, "float16": 5e-3, "float32": 1e-4}[dtype_name]
+    torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
