@@ -191,6 +191,7 @@ def child(cfg: dict) -> dict:
     for _ in range(cfg["warmup"]):
         step()
     wait()
+    warmup_s = time.perf_counter() - t0  # first step + warm-up steps (XLA compiles each new graph here)
     host_times.clear()
     n = cfg["steps"]
     t0 = time.perf_counter()
@@ -204,17 +205,23 @@ def child(cfg: dict) -> dict:
     out["unit"] = unit
     out["compile_s"] = max(0.0, out["first_step_s"] - dt)
     out["host_ms_per_step"] = 1000 * sorted(host_times)[len(host_times) // 2]
+    out["warmup_s"] = warmup_s
     if backend == "xla":
+        data = met.metric_data("CompileTime")
+        if data:  # (count, total ns, samples): XLA's compile time, every graph of the warm-up
+            out["xla_compile_total_s"] = data[1] / 1e9
+        out["uncached_compiles"] = int(met.counter_value("UncachedCompile") or 0)
+    if backend == "xla" and on_cuda:
         info = xm.get_memory_info(device)
         out["peak_mem_bytes"] = int(info.get("peak_bytes_used", 0))
-        out["peak_mem_source"] = "PJRT memory stats" if on_cuda else "host (XLA:CPU reports no device stats)"
-        out["uncached_compiles"] = int(met.counter_value("UncachedCompile") or 0)
+        out["peak_mem_source"] = "PJRT memory stats (xm.get_memory_info)"
+    if backend == "xla":
         out["fallback_ops"] = sorted(nm for nm in met.counter_names()
                                      if nm.startswith("aten::") and nm != "aten::_local_scalar_dense")
     elif on_cuda:
         out["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated())
         out["peak_mem_source"] = "torch.cuda.max_memory_allocated"
-    else:
+    if not on_cuda:  # every backend on the host: the process's own peak (XLA:CPU has no device stats)
         out["peak_mem_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         out["peak_mem_source"] = "process peak RSS"
     out["status"] = "ok"
@@ -284,9 +291,12 @@ def main(argv=None) -> dict:
             "command": " ".join([os.path.basename(sys.executable), "bench/bench_gpu.py"] + list(argv or sys.argv[1:]))}
     deadline = time.perf_counter() + args.budget_s
     results = []
-    # Order: for each model, xla first (what we measure), then the references.
-    for m in models:
-        for b in backends:
+    # Order: xla (what we measure) and eager for every model first; torch.compile (max-autotune can
+    # take minutes) last, so a short budget still gets the first figures of every model.
+    order = [(m, b) for m in models for b in backends if b != "compile"]
+    order += [(m, "compile") for m in models if "compile" in backends]
+    for m, b in order:
+        if True:
             left = deadline - time.perf_counter()
             if left < 5:
                 results.append({"model": m, "backend": b, "status": "skipped (bench budget spent)"})

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One command for a GPU machine (torch preinstalled, no network): builds torch_xla against THAT torch,
 # checks the CUDA plugin, runs the GPU-relevant tests with PJRT_DEVICE=CUDA and the GPU benchmark, and
-# writes OUTDIR/gpu_check.log (everything printed) and OUTDIR/gpu_check.json (stages, test counts,
-# plugin check, benchmark figures; the benchmark also in OUTDIR/bench_gpu.json).
+# writes OUTDIR/gpu_check.log (everything printed), OUTDIR/gpu_check.json (stages, test counts,
+# plugin check, benchmark figures), OUTDIR/bench_gpu.json and OUTDIR/test_logs.tar.gz.
 #
 #   bash scripts/gpu_check.sh OUTDIR
 #
-# Fits in GPU_CHECK_BUDGET_S seconds (default 470, i.e. under 8 minutes): every stage runs under
+# Fits in GPU_CHECK_BUDGET_S seconds (default 470, i.e. under 8 minutes; 1200 in a dry run): every stage runs under
 # `timeout` with at most what is left of the budget, so a hang cannot eat it; stage timings printed.
 # Before the trip run scripts/gpu_prepare.sh here and carry .gpu_carry (the PJRT header + wheels).
 #
@@ -15,7 +15,7 @@
 #
 # Environment: PYTHON (default: python3, or .venv/bin/python in a dry run), PJRT_DEVICE (default CUDA),
 # GPU_CHECK_BUDGET_S, GPU_CHECK_OPINFO_SAMPLE (OpInfo cases to run, default 120; 30 in a dry run),
-# GPU_CHECK_SKIP (comma list of stages to skip: build,plugin,tests,bench), GPU_CHECK_BENCH_ARGS (extra args).
+# GPU_CHECK_TEST_FILES (names in tests/, space-separated), GPU_CHECK_XDIST (pytest workers, default 4, when pytest-xdist is installed), GPU_CHECK_TESTS_BUDGET_S (all test files together: 170; 480 in a dry run), GPU_CHECK_SKIP (comma list of stages to skip: build,plugin,tests,bench), GPU_CHECK_BENCH_ARGS (extra args).
 set -uo pipefail
 OUTDIR=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
 mkdir -p "$OUTDIR"
@@ -25,12 +25,16 @@ REPO=$(pwd)
 LOG="$OUTDIR/gpu_check.log"
 : > "$LOG"
 exec > >(tee -a "$LOG") 2>&1
-rm -f "$OUTDIR/stages.tsv" "$OUTDIR"/tests_*.log "$OUTDIR/plugin_check.json" "$OUTDIR/bench_gpu.json" "$OUTDIR/gpu_check.json"
+rm -f "$OUTDIR/bench_gpu.json" "$OUTDIR/gpu_check.json" "$OUTDIR/test_logs.tar.gz"
+# Intermediate files live in WORK; OUTDIR gets 4 files (the device tool brings back at most 8):
+# gpu_check.log, gpu_check.json, bench_gpu.json, test_logs.tar.gz (each test file's whole pytest output).
+WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
 
 DRY=${GPU_CHECK_DRY_RUN:-0}
 export PJRT_DEVICE=${PJRT_DEVICE:-CUDA}
 export PYTHONUNBUFFERED=1
-BUDGET=${GPU_CHECK_BUDGET_S:-470}
+if [ "$DRY" = 1 ]; then BUDGET=${GPU_CHECK_BUDGET_S:-1200}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-480}
+else BUDGET=${GPU_CHECK_BUDGET_S:-470}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-170}; fi
 SKIP=",${GPU_CHECK_SKIP:-},"
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ "$DRY" = 1 ] && [ -x .venv/bin/python ]; then PY=$REPO/.venv/bin/python
@@ -44,7 +48,7 @@ stage() {
   local name=$1 cap=$2; shift 2
   local lim; lim=$(( $(left) - 15 )); [ "$lim" -gt "$cap" ] && lim=$cap
   if [ "$lim" -lt 5 ]; then
-    echo "=== [$name] skipped: budget spent"; printf '%s\t%s\t%s\t%s\n' "$name" 125 0 0 >> "$OUTDIR/stages.tsv"; return 125
+    echo "=== [$name] skipped: budget spent"; printf '%s\t%s\t%s\t%s\n' "$name" 125 0 0 >> "$WORK/stages.tsv"; return 125
   fi
   echo "=== [$name] start (limit ${lim}s, $(left)s of the budget left)"
   local s; s=$(date +%s.%N)
@@ -52,10 +56,10 @@ stage() {
   local dt; dt=$(python3 -c "print(round($(date +%s.%N)-$s,1))" 2>/dev/null || echo 0)
   [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "=== [$name] TIMED OUT after ${lim}s"
   echo "=== [$name] rc=$rc in ${dt}s"
-  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$dt" "$lim" >> "$OUTDIR/stages.tsv"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$dt" "$lim" >> "$WORK/stages.tsv"
   return $rc
 }
-export PY OUTDIR REPO
+export PY OUTDIR REPO WORK
 skipped() { case "$SKIP" in *",$1,"*) echo "=== [$1] skipped (GPU_CHECK_SKIP)"; return 0;; esac; return 1; }
 
 echo "gpu_check: repo=$REPO python=$PY PJRT_DEVICE=$PJRT_DEVICE dry_run=$DRY budget=${BUDGET}s $(date -u +%FT%TZ)"
@@ -96,25 +100,34 @@ if ! skipped build; then
   if [ "$DRY" = 1 ] && "$PY" -c "import torch_xla._C" 2>/dev/null; then
     echo "=== [build] skipped: dry run and torch_xla is already built for $PY"
   else
-    stage build 240 build || { echo "gpu_check: build failed"; "$PY" scripts/gpu_check_util.py summary "$OUTDIR"; exit 1; }
+    stage build 240 build || { echo "gpu_check: build failed"; "$PY" scripts/gpu_check_util.py summary "$OUTDIR" "$WORK"; exit 1; }
   fi
 fi
 
-skipped plugin || stage plugin 90 "$PY" scripts/gpu_check_util.py plugin-check "$OUTDIR/plugin_check.json"
+skipped plugin || stage plugin 90 "$PY" scripts/gpu_check_util.py plugin-check "$WORK/plugin_check.json"
 
-run_tests() {  # run_tests NAME ARGS...: one pytest run, its log in OUTDIR/tests_NAME.log
+# pytest-xdist (in the GPU image) runs GPU_CHECK_XDIST workers (default 4) on the one GPU: the client
+# does not preallocate GPU memory, so the processes share it, and XLA's compiles use the many cores.
+XDIST_ARGS=""
+if [ "${GPU_CHECK_XDIST:-4}" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null; then XDIST_ARGS="-n ${GPU_CHECK_XDIST:-4}"; fi
+export XDIST_ARGS
+run_tests() {  # run_tests NAME ARGS...: one pytest run, its log in WORK/tests_NAME.log
   local name=$1; shift
-  "$PY" -m pytest -q -p no:cacheprovider -rfE "$@" 2>&1 | tee "$OUTDIR/tests_$name.log" | tail -n 40
+  # shellcheck disable=SC2086
+  "$PY" -m pytest -q -p no:cacheprovider -rfE $XDIST_ARGS "$@" 2>&1 | tee "$WORK/tests_$name.log" | tail -n 40
   return "${PIPESTATUS[0]}"
 }
 export -f run_tests
+# The test files share TESTS_BUDGET seconds; each gets at most its cap of what is left of it.
+TEST_END=$(( $(date +%s) + TESTS_BUDGET ))
+tcap() { local l=$(( TEST_END - $(date +%s) )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
 if ! skipped tests; then
-  for f in test_models test_training test_compile_control test_cache test_views_inplace; do
-    stage "tests:$f" 75 run_tests "$f" "tests/$f.py"
+  for f in ${GPU_CHECK_TEST_FILES:-test_cuda test_models test_training test_compile_control test_cache test_views_inplace}; do
+    stage "tests:$f" "$(tcap 90)" run_tests "$f" "tests/$f.py"
   done
   mapfile -t OPIDS < <(timeout 60 "$PY" scripts/gpu_check_util.py opinfo-sample "$SAMPLE")
   if [ "${#OPIDS[@]}" -gt 0 ]; then
-    stage "tests:opinfo_sample" 90 run_tests opinfo_sample "${OPIDS[@]}"
+    stage "tests:opinfo_sample" "$(tcap 90)" run_tests opinfo_sample "${OPIDS[@]}"
   else
     echo "=== [tests:opinfo_sample] could not collect the OpInfo cases"
   fi
@@ -129,5 +142,6 @@ if ! skipped bench; then
 fi
 
 echo "=== summary ($(( $(date +%s) - T0 ))s of ${BUDGET}s)"
-"$PY" scripts/gpu_check_util.py summary "$OUTDIR"
-echo "gpu_check: wrote $LOG and $OUTDIR/gpu_check.json"
+"$PY" scripts/gpu_check_util.py summary "$OUTDIR" "$WORK"
+ls "$WORK"/tests_*.log >/dev/null 2>&1 && tar -C "$WORK" -czf "$OUTDIR/test_logs.tar.gz" $(cd "$WORK" && ls tests_*.log)
+echo "gpu_check: wrote $LOG, $OUTDIR/gpu_check.json, $OUTDIR/bench_gpu.json, $OUTDIR/test_logs.tar.gz"

@@ -5,9 +5,10 @@
   python scripts/gpu_check_util.py plugin-check FILE   starts the runtime on PJRT_DEVICE, checks the device kind,
                                                        memory info and bf16/f16/f32 results against eager CPU,
                                                        and writes the findings as JSON to FILE
-  python scripts/gpu_check_util.py summary OUTDIR      merges OUTDIR/stages.tsv, OUTDIR/plugin_check.json,
-                                                       OUTDIR/tests_*.log and OUTDIR/bench_gpu.json into
-                                                       OUTDIR/gpu_check.json
+  python scripts/gpu_check_util.py summary OUTDIR [WORKDIR]
+                                                       merges WORKDIR/stages.tsv, WORKDIR/plugin_check.json,
+                                                       WORKDIR/tests_*.log and OUTDIR/bench_gpu.json into
+                                                       OUTDIR/gpu_check.json (WORKDIR defaults to OUTDIR)
 """
 from __future__ import annotations
 
@@ -81,25 +82,32 @@ def _pytest_counts(log: str) -> dict:
     if lines:
         for num, kind in _COUNT.findall(lines[-1]):
             counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(num)
+    if not lines:  # cut short (timeout): count pytest's progress characters instead
+        progress = "".join(m.group(1) for m in re.finditer(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?\s*$", text, re.M))
+        counts = {"incomplete": True, "passed": progress.count("."), "failed": progress.count("F"),
+                  "error": progress.count("E"), "skipped": progress.count("s")}
     failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.M)))
     if failed:
         counts["failed_ids"] = failed[:50]
     return counts
 
 
-def summary(outdir: str) -> dict:
+def summary(outdir: str, workdir: str | None = None) -> dict:
+    workdir = workdir or outdir
     rep: dict = {"stages": [], "tests": {}, "plugin_check": None, "bench": None}
-    tsv = os.path.join(outdir, "stages.tsv")
+    tsv = os.path.join(workdir, "stages.tsv")
     if os.path.exists(tsv):
         for ln in open(tsv):
             parts = ln.rstrip("\n").split("\t")
             if len(parts) >= 4:
                 rep["stages"].append({"stage": parts[0], "rc": int(parts[1]), "seconds": float(parts[2]),
                                       "limit_s": float(parts[3]), "timed_out": int(parts[1]) in (124, 137)})
-    for log in sorted(glob.glob(os.path.join(outdir, "tests_*.log"))):
+    for log in sorted(glob.glob(os.path.join(workdir, "tests_*.log"))):
         rep["tests"][os.path.basename(log)[len("tests_"):-len(".log")]] = _pytest_counts(log)
     for key, name in (("plugin_check", "plugin_check.json"), ("bench", "bench_gpu.json")):
-        p = os.path.join(outdir, name)
+        p = os.path.join(workdir, name)
+        if not os.path.exists(p):
+            p = os.path.join(outdir, name)
         if os.path.exists(p):
             try:
                 rep[key] = json.load(open(p))
@@ -117,8 +125,8 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 2 and argv[0] == "plugin-check":
         return 0 if plugin_check(argv[1]).get("ok") else 1
-    if len(argv) == 2 and argv[0] == "summary":
-        rep = summary(argv[1])
+    if len(argv) in (2, 3) and argv[0] == "summary":
+        rep = summary(argv[1], argv[2] if len(argv) == 3 else None)
         for s in rep["stages"]:
             print(f"  {s['stage']:<28} rc={s['rc']:<4} {s['seconds']:7.1f}s (limit {s['limit_s']:.0f}s)")
         for name, c in rep["tests"].items():

@@ -145,3 +145,30 @@ def test_low_precision_matches_eager_cpu(dtype_name):
     assert got.dtype == dtype
     tol = {"bfloat16": 3e-2, "float16": 5e-3, "float32": 1e-4}[dtype_name]
     torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------ scripts/gpu_check.sh's summary
+
+
+def test_gpu_check_summary(tmp_path):
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check_util", os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "gpu_check_util.py"))
+    util = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(util)
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    (work / "stages.tsv").write_text("build\t0\t61.5\t240\ntests:test_models\t124\t90.0\t90\n")
+    (work / "tests_test_cache.log").write_text(
+        "..F.s\nFAILED tests/test_cache.py::test_x - AssertionError\n1 failed, 3 passed, 1 skipped in 9.1s\n")
+    (out / "bench_gpu.json").write_text(json.dumps({"results": [{"model": "gpt2", "status": "ok"}]}))
+    rep = util.summary(str(out), str(work))
+    assert rep["stages"][0] == {"stage": "build", "rc": 0, "seconds": 61.5, "limit_s": 240.0, "timed_out": False}
+    assert rep["stages"][1]["timed_out"] is True and rep["ok"] is False
+    assert rep["tests"]["test_cache"] == {"failed": 1, "passed": 3, "skipped": 1,
+                                          "failed_ids": ["tests/test_cache.py::test_x"]}
+    assert rep["bench"]["results"][0]["model"] == "gpt2"
+    assert json.loads((out / "gpu_check.json").read_text())["tests"]["test_cache"]["passed"] == 3
