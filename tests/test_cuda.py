@@ -83,6 +83,41 @@ def test_cuda_plugin_without_gpu_raises_plugin_reason(python_subprocess, name):
     assert "ALIVE" in r.stdout
 
 
+@pytest.mark.skipif(_gpu_present(), reason="a GPU is present: the no-GPU error path cannot be shown here")
+def test_cpu_num_devices_does_not_reach_the_cuda_plugin(python_subprocess):
+    """CPU_NUM_DEVICES left in the env must not become a create option of the CUDA plugin (which
+    refuses option names it does not know): the error stays the plugin's no-GPU reason."""
+    if _cuda_plugin() is None:
+        pytest.skip("no CUDA PJRT plugin wheel installed")
+    r = python_subprocess(_NO_ABORT, {"PJRT_DEVICE": "CUDA", "CPU_NUM_DEVICES": "4", **_CLEAN}, SUBPROCESS_TIMEOUT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "RAISED RuntimeError" in r.stdout and "Unexpected option" not in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(_gpu_present(), reason="a GPU is present: the no-GPU error path cannot be shown here")
+def test_cuda_client_options_pass_the_plugins_validation(monkeypatch):
+    """Every create option we derive from env (names and types) is one the CUDA plugin accepts: it
+    validates them before it looks for a GPU, so the error is about the GPU, not an option."""
+    path = _cuda_plugin()
+    if path is None:
+        pytest.skip("no CUDA PJRT plugin wheel installed")
+    from torch_xla import _core
+
+    rt = _core.runtime
+    for var, value in (("PJRT_ALLOCATOR_PREALLOCATE", "1"), ("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5"),
+                       ("PJRT_ALLOCATOR_CUDA_ASYNC", "1"), ("GPU_NUM_DEVICES", "1")):
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("TORCH_XLA_SPAWNED", raising=False)
+    opts = plugins.client_options("CUDA")
+    assert set(opts) == {"preallocate", "memory_fraction", "allocator", "visible_devices"}
+    with pytest.raises(RuntimeError) as info:
+        rt.Client.create(path, options=opts)
+    assert "Unexpected option" not in str(info.value) and "GPU" in str(info.value), str(info.value)
+    with pytest.raises(RuntimeError, match="Unexpected option name"):  # the validation is real
+        rt.Client.create(path, options={"cpu_device_count": 4})
+
+
 def test_cuda_libs_preload_is_harmless_without_nvidia_wheels(tmp_path, monkeypatch):
     # A fake nvidia tree with a file that is no library: skipped, no exception.
     lib = tmp_path / "nvidia" / "cudnn" / "lib"
