@@ -144,4 +144,4 @@ fi
 echo "=== summary ($(( $(date +%s) - T0 ))s of ${BUDGET}s)"
 "$PY" scripts/gpu_check_util.py summary "$OUTDIR" "$WORK"
 ls "$WORK"/tests_*.log >/dev/null 2>&1 && tar -C "$WORK" -czf "$OUTDIR/test_logs.tar.gz" $(cd "$WORK" && ls tests_*.log)
-echo "gpu_check: wrote $LOG, $OUTDIR/gpu_check.json, $OUTDIR/bench_gpu.json, $OUTDIR/test_logs.tar.gz"
+echo "gpu_check: wrote $(cd "$OUTDIR" && ls gpu_check.log gpu_check.json bench_gpu.json test_logs.tar.gz 2>/dev/null | tr '\n' ' ')in $OUTDIR"
