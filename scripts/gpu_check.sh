@@ -91,6 +91,17 @@ build() {
     fi
   fi
   echo "build: TXLA_PJRT_INCLUDE=${TXLA_PJRT_INCLUDE:-<from xla-cpu-pjrt>}"
+  local pyinc
+  pyinc=$("$PY" -c "import sysconfig;print(sysconfig.get_paths()['include'])")
+  if [ ! -f "$pyinc/Python.h" ]; then  # no python3-dev in the image: the carried headers of that minor version
+    local ver; ver=$("$PY" -c "import sys;print('%d.%d'%sys.version_info[:2])")
+    if [ -f ".gpu_carry/python$ver-include/Python.h" ]; then
+      export SKBUILD_CMAKE_DEFINE="Python_INCLUDE_DIR=$REPO/.gpu_carry/python$ver-include"
+      echo "build: $pyinc has no Python.h; using .gpu_carry/python$ver-include"
+    else
+      echo "build: $pyinc has no Python.h and .gpu_carry/python$ver-include is missing (scripts/gpu_prepare.sh)"; return 2
+    fi
+  fi
   export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
   "$PY" -m pip install --no-build-isolation --no-deps --no-index -e . 2>&1 | grep -v -E '^\s*$|Location .* is ignored'
   return "${PIPESTATUS[0]}"
