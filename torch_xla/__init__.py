@@ -35,7 +35,12 @@ def _resolve_runtime():
     path, device_type = _plugins.plugin_for(None)
     _plugins.default_xla_flags()
     _plugins.validate_xla_flags(path)
-    count = _plugins.cpu_device_count()
+    if device_type == "CUDA":
+        from ._internal import cuda_libs
+
+        cuda_libs.preload()  # cuBLAS/cuDNN/... from the nvidia.* wheels, as JAX does (see cuda_libs.py)
+    # CPU_NUM_DEVICES is the CPU plugin's option only: the CUDA plugin refuses unknown option names.
+    count = _plugins.cpu_device_count() if device_type == "CPU" else -1
     if device_type == "CPU" and (os.environ.get("TORCH_XLA_SPAWNED") == "1"
                                  or os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")):
         count = 1  # one process per device: each process of a multi-process job sees one device

@@ -499,6 +499,11 @@ TORCH_LIBRARY_IMPL(_, AutocastXLA, m) { m.fallback(torch::CppFunction::makeFallt
                                         REDISPATCH_SIGNATURE, POLICY)
 
 namespace txla_autocast {
+#if __has_include(<ATen/core/Dimname.h>)
+// torch with named tensors (2.11; gone by 2.13): its autocast op lists name DimnameList unqualified
+// (norm.names_ScalarOpt_dim). Tested by the header itself, since the release that dropped it is not ours to pin.
+using at::DimnameList;
+#endif
 using at::Scalar;
 using at::ScalarType;
 using at::Tensor;
