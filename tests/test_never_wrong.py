@@ -325,6 +325,10 @@ ERRORS = {
                                                  torch.ones(3, dtype=torch.bool, device=d)), NotImplementedError),
     "amin_empty_no_dim": (lambda d: torch.zeros(5, 0, 2, device=d).amin(), RuntimeError),
     "amax_empty_dim_1": (lambda d: torch.zeros(5, 0, 2, device=d).amax(1), IndexError),
+    "bool_matmul_long": (lambda d: torch.zeros(2, 1, dtype=torch.bool, device=d) @ torch.zeros(
+        1, 3, dtype=torch.long, device=d), RuntimeError),
+    "bool_bmm_long": (lambda d: torch.bmm(torch.zeros(1, 2, 1, dtype=torch.bool, device=d),
+                                          torch.zeros(1, 1, 3, dtype=torch.long, device=d)), NotImplementedError),
     "copy_into_expand": (lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.ones(3, device=d)), RuntimeError),
     "index_select_dim1_out_of_range": (lambda d: torch.zeros(2, 3, device=d).index_select(
         1, torch.tensor([0, 5], device=d)), RuntimeError),

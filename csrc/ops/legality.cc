@@ -79,6 +79,9 @@ Rule NoBoolProduct(const std::string& kernel, std::vector<size_t> operands) {
     for (size_t k : operands) {
       if (a.IsNone(k) || a.V(k).shape().numel() == 0) return;
     }
+    // mm with mixed dtypes: eager's "expected m1 and m2 to have the same dtype" comes first (the
+    // row's check); bmm checks bool first.
+    if (kernel == "addmm_impl_cpu_" && a.V(operands[0]).dtype() != a.V(operands[1]).dtype()) return;
     if (a.V(operands[0]).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
   };
 }
