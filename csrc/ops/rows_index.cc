@@ -107,25 +107,6 @@ Value ScatterReduce(const Value& self, int64_t dim, const Value& index, const Va
   return ir::Binary(Op::kMul, self, factors);
 }
 
-Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add) {
-  int r = self.rank();
-  if (index.shape().numel() == 0) return self;
-  if (r == 0) {  // 0-d: one element, as a 1-d scatter
-    Value one = ScatterDim(ir::Reshape(self, {1}), 0, ir::Reshape(index, {1}), ir::Reshape(src, {src.shape().numel()}), add);
-    return ir::Reshape(one, {});
-  }
-  int64_t n = index.shape().numel();
-  Value coords = FullCoordinates(index, dim);
-  // src may be larger than index: take the index-shaped corner.
-  Value s = src;
-  if (s.dims() != index.dims()) {
-    std::vector<int64_t> st(r, 0), lim = index.dims(), str(r, 1);
-    s = ir::Slice(s, st, lim, str);
-  }
-  Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
-  return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, add ? 1 : 0);
-}
-
 // scatter with combine (see ir::Scatter) of src's index-shaped corner into self along dim.
 Value ScatterCombine(const Value& self, int64_t dim, const Value& index, const Value& src, int64_t combine) {
   int r = self.rank();
@@ -144,6 +125,10 @@ Value ScatterCombine(const Value& self, int64_t dim, const Value& index, const V
   }
   Value upd = ir::Reshape(Cast(s, self.dtype()), {n});
   return ir::Scatter(self, coords, upd, {}, AllDims(r), AllDims(r), 1, combine);
+}
+
+Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add) {
+  return ScatterCombine(self, dim, index, src, add ? 1 : 0);
 }
 
 // The lowest (or highest) value of an integer dtype.
