@@ -871,7 +871,42 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
   }
   // Functionalization replaces a mutated tensor's inner value by a new tensor: the old buffer is
   // then held by the parameter node alone, and nothing can read it after this graph. Donate it to a
-  // result of the same shape and dtype.
+  // result of the same shape and dtype, preferably to the result computed from it (the parameter's
+  // new value `p - lr * g` reads p): aliasing p with another result (its gradient) makes XLA copy
+  // p before the step, since p is still read after that result is written.
+  auto orphan = [&](const ir::Node* n) -> int {
+    if (n->op != ir::Op::kDeviceData) return -1;
+    auto it = param_of.find(n->data.get());
+    if (it == param_of.end() || used_params.count(it->second)) return -1;
+    const ir::DeviceDataPtr& d = n->data;
+    return d && d->donatable && d.use_count() == 1 ? it->second : -1;
+  };
+  for (size_t r = 0; r < roots.size() && ltc; ++r) {
+    const ir::Node* root = roots[r].node.get();
+    if (root->op == ir::Op::kDeviceData || used_results.count(static_cast<int>(r))) continue;
+    // The parameters among the root's operands up to three levels up (an update's own inputs).
+    std::vector<const ir::Node*> frontier{root}, next;
+    int found = -1;
+    for (int depth = 0; depth < 3 && found < 0 && !frontier.empty(); ++depth) {
+      next.clear();
+      for (const ir::Node* n : frontier) {
+        for (const Value& v : n->operands) {
+          int p = orphan(v.node.get());
+          if (p >= 0 && po.params[p]->data->shape == roots[r].shape()) {
+            found = p;
+            break;
+          }
+          if (next.size() < 32) next.push_back(v.node.get());
+        }
+        if (found >= 0) break;
+      }
+      frontier.swap(next);
+    }
+    if (found < 0) continue;
+    used_params.insert(found);
+    used_results.insert(static_cast<int>(r));
+    aliases.emplace_back(found, static_cast<int>(r));
+  }
   for (size_t p = 0; p < po.params.size() && ltc; ++p) {
     const ir::DeviceDataPtr& d = po.params[p]->data;
     if (!d || !d->donatable || d.use_count() != 1 || used_params.count(static_cast<int>(p))) continue;

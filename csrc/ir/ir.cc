@@ -256,6 +256,12 @@ Value Transpose(const Value& x, const std::vector<int64_t>& perm) {
     identity &= perm[i] == static_cast<int64_t>(i);
   }
   if (identity) return x;
+  if (x.node->op == Op::kTranspose) {  // transpose(transpose(y, q), p) = transpose(y, q o p)
+    const std::vector<int64_t>& q = x.node->attrs.ints[0];
+    std::vector<int64_t> c(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) c[i] = q[perm[i]];
+    return Transpose(x.node->operands[0], c);
+  }
   Attrs a;
   a.ints = {perm};
   return Make(Op::kTranspose, {x}, Shape(x.dtype(), dims), a);
