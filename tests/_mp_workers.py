@@ -403,6 +403,48 @@ def timeouts_worker(index, out_dir):
         xm.rendezvous("end")
 
 
+def late_arrival_worker(index, out_dir):
+    """Host all_reduce when a rank comes late: exact values, the input unchanged, the waiting rank
+    recorded its arrival in the store (what the timeout diagnosis reads), and the device buffers
+    were read in place (counter HostReadInPlace)."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    def _exact(t, ref, what):
+        assert t.device.type == "xla", what
+        c = t.cpu()
+        assert c.dtype == ref.dtype and torch.equal(c, ref), f"{what}: {c} != {ref}"
+
+    from torch_xla._internal import collectives
+    dev = torch_xla.device()
+    n = 1 << 20  # 4 MB of f32; integers, so the sum is exact in any order
+    base = torch.arange(n, dtype=torch.float32) % 1000
+    x = (base * (index + 1)).to(dev)
+    torch_xla.sync(wait=True)
+    xm.all_reduce("sum", x).cpu()  # both ranks connect gloo
+    g = collectives.backend().group((0, 1))
+    reads = met.counter_value("HostReadInPlace") or 0
+    if index == 1:
+        time.sleep(0.5)
+    r = xm.all_reduce("sum", x)
+    _exact(r, base * 3, "late all_reduce")
+    _exact(x, base * (index + 1), "input after a single-tensor all_reduce")
+    assert (met.counter_value("HostReadInPlace") or 0) > reads
+    if index == 0:
+        assert int(g.store.get("arr/world/0")) == g.seq, "the waiting rank did not record its arrival"
+    # list form, two dtypes, pending inputs: in place, exact
+    a, b = x * 2, (torch.arange(10) + index).to(dev)
+    out = xm.all_reduce("sum", [a, b])
+    assert out[0] is a and out[1] is b
+    _exact(a, base * 6, "list all_reduce f32")
+    _exact(b, torch.arange(10) * 2 + 1, "list all_reduce i64")
+    _exact(x, base * (index + 1), "input of the list form's producer")
+    xm.rendezvous("end")
+    with open(os.path.join(out_dir, f"ok{index}"), "w") as f:
+        f.write("ok")
+
+
 def touch(index, out_dir):
     import torch_xla.runtime as xr
     with open(os.path.join(out_dir, f"touched{index}-of-{xr.world_size()}"), "w") as f:
