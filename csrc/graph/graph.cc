@@ -190,19 +190,23 @@ namespace {
 // PJRT_Buffer_ToHostBuffer (which hands the copy to the plugin's thread pool and waits for it:
 // tens of microseconds per read, more on a busy machine). Only for dense row-major buffers of the
 // expected size; false when the plugin's own copy must be used.
-bool ReadInPlace(const runtime::Buffer& b, void* out, size_t nbytes) {
+const void* HostMemoryOf(const runtime::Buffer& b, size_t nbytes) {
   static const bool host_resident = [] {
     const char* e = std::getenv("TORCH_XLA_DIRECT_HOST_READ");  // "0": always the plugin's copy
     return GetClient().PlatformName() == "cpu" && !(e != nullptr && std::string(e) == "0");
   }();
-  if (!host_resident || nbytes == 0) return false;
+  if (!host_resident || nbytes == 0) return nullptr;
   try {
-    if (!b.IsDenseRowMajor() || b.OnDeviceSizeBytes() != nbytes) return false;
+    if (!b.IsDenseRowMajor() || b.OnDeviceSizeBytes() != nbytes) return nullptr;
   } catch (const runtime::PjrtError&) {
-    return false;
+    return nullptr;
   }
   b.Await();  // the producing computation is done (raises its error)
-  const void* p = b.UnsafePointer();
+  return b.UnsafePointer();
+}
+
+bool ReadInPlace(const runtime::Buffer& b, void* out, size_t nbytes) {
+  const void* p = HostMemoryOf(b, nbytes);
   if (p == nullptr) return false;
   std::memcpy(out, p, nbytes);
   static std::atomic<int64_t>* reads = metrics::CounterSlot("HostReadInPlace");
@@ -210,6 +214,16 @@ bool ReadInPlace(const runtime::Buffer& b, void* out, size_t nbytes) {
   return true;
 }
 }  // namespace
+
+std::shared_ptr<const void> HostView(const TensorPtr& t) {
+  if (!t->error().empty() || t->HasPending() || !t->data()) return nullptr;
+  const ir::DeviceDataPtr& d = t->data();
+  if (d->donated || d->IsSpmd() || PhysicalDType(d->shape.dtype) != d->shape.dtype) return nullptr;
+  size_t bytes = static_cast<size_t>(d->shape.numel()) * runtime::ElementSize(d->shape.dtype);
+  const void* p = HostMemoryOf(d->buffer, bytes);
+  if (p == nullptr) return nullptr;
+  return std::shared_ptr<const void>(d, p);  // aliasing: keeps the DeviceData (and its buffer) alive
+}
 
 void DataToHost(const ir::DeviceData& d, void* dst) {
   DType logical = d.shape.dtype, phys = PhysicalDType(logical);
