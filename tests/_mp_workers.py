@@ -502,6 +502,10 @@ def pair_sum_worker(index, out_dir):
     staged = xm.all_reduce("sum", x)
     C._PAIR_SUM = True
     assert torch.equal(pair.cpu(), staged.cpu()), "pair sum differs from gloo's all-reduce"
+    C._PAIR_SEGMENT_BYTES = 200_000  # halves in pieces (added and sent back as they arrive)
+    pieces = xm.all_reduce("sum", x)
+    C._PAIR_SEGMENT_BYTES = 1 << 62
+    assert torch.equal(pieces.cpu(), staged.cpu()), "pair sum in pieces differs"
     assert torch.equal(x.cpu(), keep) and torch.equal(mine_cpu, keep), "input changed"
     # scale, 2-d shape, bf16 (exact: small integers), int64
     y = ((torch.arange(1 << 19).reshape(512, 1024) % 50) + index).to(torch.bfloat16).to(dev)

@@ -265,6 +265,7 @@ _RECORD_AFTER: Optional[datetime.timedelta] = datetime.timedelta(milliseconds=20
 _PAIR_SUM = os.environ.get("TORCH_XLA_PAIR_ALLREDUCE", "1") != "0"
 # Below ~8 MB the copy + gloo's all-reduce was as fast or faster on the 2-core VM (bench/README).
 _PAIR_MIN_BYTES = world._env_int("TORCH_XLA_PAIR_ALLREDUCE_MIN_BYTES", 8 << 20)
+_PAIR_SEGMENT_BYTES = world._env_int("TORCH_XLA_PAIR_ALLREDUCE_SEGMENT_BYTES", 1 << 62)  # pieces per half
 _PAIR_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
                 torch.int16, torch.int8, torch.uint8)
 
@@ -474,14 +475,21 @@ class HostGlooBackend(CollectiveBackend):
         out = _staging_buffer(t.dtype, n)
         part = _staging_buffer(t.dtype, mine.stop - mine.start)  # the peer's values of my half
 
+        def pieces(half: slice):  # the same split on both ranks (it depends on the length only)
+            length = half.stop - half.start
+            k = max(1, min(16, length * src.element_size() // _PAIR_SEGMENT_BYTES))
+            return [(half.start + length * i // k, half.start + length * (i + 1) // k) for i in range(k)]
+
         def steps(pg):
-            send = pg.send([src[theirs]], peer, 0)
-            recv = pg.recv([part], peer, 0)
-            back = pg.recv([out[theirs]], peer, 1)
-            recv.wait()
-            torch.add(src[mine], part, out=out[mine])
-            sent = pg.send([out[mine]], peer, 1)
-            for w in (send, back, sent):
+            base = mine.start
+            sends = [pg.send([src[a:b]], peer, i) for i, (a, b) in enumerate(pieces(theirs))]
+            recvs = [pg.recv([part[a - base:b - base]], peer, i) for i, (a, b) in enumerate(pieces(mine))]
+            backs = [pg.recv([out[a:b]], peer, 1000 + i) for i, (a, b) in enumerate(pieces(theirs))]
+            for i, ((a, b), r) in enumerate(zip(pieces(mine), recvs)):
+                r.wait()  # add each piece as it arrives, and send it back at once
+                torch.add(src[a:b], part[a - base:b - base], out=out[a:b])
+                sends.append(pg.send([out[a:b]], peer, 1000 + i))
+            for w in sends + backs:
                 w.wait()
 
         g.run_steps("all_reduce", steps)
