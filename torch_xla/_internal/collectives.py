@@ -17,8 +17,11 @@ Every backend exchanges with the ranks of one *group* (a tuple of global ranks, 
 ``groups`` is None). Results are ordered by position in the group. Rendezvous (bytes) goes through
 the job's TCPStore and is shared by all backends.
 
-Each collective records its arrival (its per-group sequence number) in the store; when gloo fails
-(timeout, peer gone) the error names the operation and the ranks that had not arrived.
+A collective that waits more than 20 ms records its arrival (its per-group sequence number) in the
+store; when gloo fails (timeout, peer gone) the error names the operation and the ranks that had not
+arrived. On the CPU plugin device buffers are host memory: reads to the host copy them on the
+calling thread, and a sum of one large tensor over two ranks sends straight from the device buffer
+(``HostGlooBackend._pair_sum``) instead of copying it to a staging buffer first.
 """
 from __future__ import annotations
 
@@ -316,9 +319,11 @@ class _Group:
             try:
                 work.wait(_RECORD_AFTER)
             except Exception:
-                if work.is_completed():
-                    raise  # gloo's own error
-                self._record(seq)  # still waiting for someone: say we are here
+                # Our short timeout, or gloo's own error. The work may also have completed just
+                # after the timeout fired: the second wait returns at once then, or raises gloo's
+                # error again.
+                if not work.is_completed():
+                    self._record(seq)  # still waiting for someone: say we are here
                 work.wait()
         except Exception as e:
             self._record(seq)
