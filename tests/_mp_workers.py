@@ -403,6 +403,134 @@ def timeouts_worker(index, out_dir):
         xm.rendezvous("end")
 
 
+def pair_timeout_worker(index, out_dir):
+    """A rank that skips a large two-rank sum (the send/recv exchange): the other times out naming
+    the collective and the absent rank, and its arrival was recorded by the watcher."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    from torch_xla._internal import collectives as C
+    from torch_xla._internal.world import CollectiveTimeoutError
+    dev = torch_xla.device()
+    timeout = float(os.environ["TORCH_XLA_COLLECTIVE_TIMEOUT_S"])
+    xm.all_reduce("sum", torch.ones(2, device=dev)).cpu()  # both ranks connect gloo
+    C._PAIR_MIN_BYTES = 1 << 20
+    if index == 0:
+        t0 = time.monotonic()
+        try:
+            xm.all_reduce("sum", torch.ones(1 << 19, device=dev)).cpu()  # 2 MB: the pair exchange
+        except CollectiveTimeoutError as e:
+            assert "all_reduce#2" in str(e) and "rank(s) [1] did not arrive" in str(e) and e.missing == [1], str(e)
+        else:
+            raise AssertionError("pair all_reduce without rank 1 did not time out")
+        assert time.monotonic() - t0 < 2 * timeout + 5, time.monotonic() - t0
+        assert int(C.backend().group((0, 1)).store.get("arr/world/0")) == 2
+        os.environ["TORCH_XLA_COLLECTIVE_TIMEOUT_S"] = "60"
+        xm.rendezvous("end")
+        with open(os.path.join(out_dir, "ok0"), "w") as f:
+            f.write("ok")
+    else:
+        time.sleep(timeout + 2)
+        os.environ["TORCH_XLA_COLLECTIVE_TIMEOUT_S"] = "60"
+        xm.rendezvous("end")
+
+
+def late_arrival_worker(index, out_dir):
+    """Host all_reduce when a rank comes late: exact values, the input unchanged, the waiting rank
+    recorded its arrival in the store (what the timeout diagnosis reads), and the device buffers
+    were read in place (counter HostReadInPlace)."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    def _exact(t, ref, what):
+        assert t.device.type == "xla", what
+        c = t.cpu()
+        assert c.dtype == ref.dtype and torch.equal(c, ref), f"{what}: {c} != {ref}"
+
+    from torch_xla._internal import collectives
+    dev = torch_xla.device()
+    n = 1 << 20  # 4 MB of f32; integers, so the sum is exact in any order
+    base = torch.arange(n, dtype=torch.float32) % 1000
+    x = (base * (index + 1)).to(dev)
+    torch_xla.sync(wait=True)
+    xm.all_reduce("sum", x).cpu()  # both ranks connect gloo
+    g = collectives.backend().group((0, 1))
+    collectives._PAIR_MIN_BYTES = 1 << 20  # the 4 MB sum below takes the send/recv exchange
+    reads = met.counter_value("HostReadInPlace") or 0
+    if index == 1:
+        time.sleep(0.5)
+    r = xm.all_reduce("sum", x)
+    _exact(r, base * 3, "late all_reduce")
+    _exact(x, base * (index + 1), "input after a single-tensor all_reduce")
+    assert (met.counter_value("HostReadInPlace") or 0) > reads
+    if index == 0:
+        assert int(g.store.get("arr/world/0")) == g.seq, "the waiting rank did not record its arrival"
+    # list form, two dtypes, pending inputs: in place, exact
+    a, b = x * 2, (torch.arange(10) + index).to(dev)
+    out = xm.all_reduce("sum", [a, b])
+    assert out[0] is a and out[1] is b
+    _exact(a, base * 6, "list all_reduce f32")
+    _exact(b, torch.arange(10) * 2 + 1, "list all_reduce i64")
+    _exact(x, base * (index + 1), "input of the list form's producer")
+    xm.rendezvous("end")
+    with open(os.path.join(out_dir, f"ok{index}"), "w") as f:
+        f.write("ok")
+
+
+def pair_sum_worker(index, out_dir):
+    """all_reduce sum over two ranks from the device buffer in place (collectives._pair_sum) against
+    the staged gloo all-reduce and the CPU: bit-identical for random floats, exact for integers, odd
+    sizes, bf16, scale, inputs that cannot be viewed (pending strided views: staged), one rank's
+    input viewed and the other's staged, and every input (and the CPU tensor uploaded) unchanged."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    from torch_xla._internal import collectives as C
+    dev = torch_xla.device()
+    assert C._PAIR_SUM
+    C._PAIR_MIN_BYTES = 1 << 20  # small tensors here (both ranks alike)
+    g = torch.Generator().manual_seed(100 + index)
+    peer_g = torch.Generator().manual_seed(100 + (1 - index))
+    n = (1 << 19) + 3  # odd: the halves differ by one element
+    mine_cpu = torch.randn(n, generator=g)
+    peer_cpu = torch.randn(n, generator=peer_g)
+    keep = mine_cpu.clone()
+    x = mine_cpu.to(dev)
+    torch_xla.sync(wait=True)
+    pair = xm.all_reduce("sum", x)
+    assert torch.equal(pair.cpu(), mine_cpu + peer_cpu), "pair sum != a + b"
+    C._PAIR_SUM = False
+    staged = xm.all_reduce("sum", x)
+    C._PAIR_SUM = True
+    assert torch.equal(pair.cpu(), staged.cpu()), "pair sum differs from gloo's all-reduce"
+    C._PAIR_SEGMENT_BYTES = 200_000  # halves in pieces (added and sent back as they arrive)
+    pieces = xm.all_reduce("sum", x)
+    C._PAIR_SEGMENT_BYTES = 1 << 62
+    assert torch.equal(pieces.cpu(), staged.cpu()), "pair sum in pieces differs"
+    assert torch.equal(x.cpu(), keep) and torch.equal(mine_cpu, keep), "input changed"
+    # scale, 2-d shape, bf16 (exact: small integers), int64
+    y = ((torch.arange(1 << 19).reshape(512, 1024) % 50) + index).to(torch.bfloat16).to(dev)
+    r = xm.all_reduce("sum", y, scale=0.5)
+    ref = (((torch.arange(1 << 19).reshape(512, 1024) % 50) * 2 + 1).float() * 0.5).to(torch.bfloat16)
+    assert r.dtype == torch.bfloat16 and r.shape == (512, 1024) and torch.equal(r.cpu(), ref), "bf16 scale"
+    z = (torch.arange(1 << 18, dtype=torch.int64) * (index + 1) - 7).to(dev)
+    assert torch.equal(xm.all_reduce("sum", z).cpu(), torch.arange(1 << 18, dtype=torch.int64) * 3 - 14), "int64"
+    # a pending strided view (staged, not viewed) on rank 0, plain device data on rank 1
+    big = torch.arange(2 * n, dtype=torch.float32).to(dev)
+    v = big[::2] if index == 0 else torch.arange(0, 2 * n, 2, dtype=torch.float32).to(dev)
+    assert torch.equal(xm.all_reduce("sum", v).cpu(), torch.arange(0, 2 * n, 2, dtype=torch.float32) * 2), "mixed"
+    assert torch.equal(big.cpu(), torch.arange(2 * n, dtype=torch.float32)), "the view's base changed"
+    # the list form of one tensor (in place, through the same exchange) and the same tensor twice
+    w = x.clone()
+    xm.all_reduce("sum", [w])
+    assert torch.equal(w.cpu(), mine_cpu + peer_cpu) and torch.equal(x.cpu(), keep), "list form"
+    a = xm.all_reduce("sum", x)
+    b = xm.all_reduce("sum", x)
+    assert torch.equal(a.cpu(), b.cpu()) and torch.equal(x.cpu(), keep), "repeat"
+    xm.rendezvous("end")
+    with open(os.path.join(out_dir, f"ok{index}"), "w") as f:
+        f.write("ok")
+
+
 def touch(index, out_dir):
     import torch_xla.runtime as xr
     with open(os.path.join(out_dir, f"touched{index}-of-{xr.world_size()}"), "w") as f:

@@ -110,6 +110,24 @@ def test_missing_rank_times_out_naming_tag_and_rank(tmp_path):
     assert "rendezvous 'skipme'" in msg and "all_reduce#2" in msg and "rank(s) [1] did not arrive" in msg, msg
 
 
+def test_late_rank_all_reduce_records_arrival_and_reads_in_place(tmp_path):
+    r, _ = _spawn_worker("late_arrival_worker", 2, tmp_path, "fork")
+    _ok(r)
+    assert sorted(os.listdir(tmp_path)) == ["ok0", "ok1"]
+
+
+def test_pair_sum_reads_the_device_buffer_and_matches_gloo(tmp_path):
+    r, _ = _spawn_worker("pair_sum_worker", 2, tmp_path, "fork")
+    _ok(r)
+    assert sorted(os.listdir(tmp_path)) == ["ok0", "ok1"]
+
+
+def test_missing_rank_in_a_pair_sum_times_out_naming_it(tmp_path):
+    r, _ = _spawn_worker("pair_timeout_worker", 2, tmp_path, "fork", {"TORCH_XLA_COLLECTIVE_TIMEOUT_S": "1"})
+    _ok(r)
+    assert os.listdir(tmp_path) == ["ok0"]
+
+
 def test_save_with_a_rank_that_never_arrives_fails_cleanly(tmp_path):
     r, took = _spawn_worker("save_missing_rank", 2, tmp_path, "fork", {"TORCH_XLA_COLLECTIVE_TIMEOUT_S": "2"})
     assert r.returncode != 0

@@ -270,6 +270,22 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     graph::TensorToHost(x, out.data_ptr());
   });
+  // Host collectives (CPU plugin): a CPU tensor aliasing an XLA tensor's ready device buffer, so
+  // gloo can send straight from it; None where that is not possible. NEVER written: other tensors
+  // (and a user's CPU tensor the buffer may alias) see the same memory. Holds the buffer while it lives.
+  m.def("_host_view", [](const at::Tensor& t) -> py::object {
+    auto x = bridge::XlaFromUser(t);
+    std::shared_ptr<const void> view = graph::HostView(x);
+    if (!view) return py::none();
+    const ir::Shape& shape = x->data()->shape;  // the buffer's own shape and dtype must be t's
+    std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+    if (shape.dims != sizes || shape.dtype != bridge::ToDType(t.scalar_type())) return py::none();
+    auto* keep = new std::shared_ptr<const void>(std::move(view));
+    at::Tensor cpu = at::from_blob(const_cast<void*>(keep->get()), sizes,
+                                   [keep](void*) { delete keep; },
+                                   at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
+    return py::cast(cpu);
+  }, py::arg("t"));
   // Host collectives: a device tensor that takes over a private contiguous CPU tensor's memory (the
   // CPU plugin aliases it instead of copying). The CPU tensor must never be written afterwards; it
   // is kept alive until the plugin lets go of it.

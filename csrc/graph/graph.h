@@ -56,6 +56,11 @@ TensorPtr TensorFromHost(const void* data, const ir::Shape& shape, int device, i
 TensorPtr TensorFromHostZeroCopy(const void* data, const ir::Shape& shape, int device, std::function<void()> release);
 // Runs what the tensor needs (if pending) and copies it to dst (numel * element size bytes).
 void TensorToHost(const TensorPtr& t, void* dst);
+// On the CPU plugin: the host memory of `t`'s ready device buffer (dense row-major), sharing
+// ownership of its DeviceData (which therefore is not donated while the view lives). Read-only:
+// other tensors may hold the same buffer. Null when `t` has pending work, no value, is sharded, is
+// stored narrowed (XLA_USE_BF16) or the plugin's memory is not host memory.
+std::shared_ptr<const void> HostView(const TensorPtr& t);
 
 // ---- Runtime configuration and devices.
 struct RuntimeConfig {

@@ -374,6 +374,26 @@ const void* Buffer::UnsafePointer() const {
   return reinterpret_cast<const void*>(a.buffer_pointer);
 }
 
+bool Buffer::IsDenseRowMajor() const {
+  if (buf_ == nullptr) throw PjrtError("Buffer::IsDenseRowMajor: empty buffer");
+  if (offsetof(PJRT_Api, PJRT_Buffer_GetMemoryLayout) + sizeof(void*) > api_->struct_size ||
+      api_->PJRT_Buffer_GetMemoryLayout == nullptr) {
+    return false;
+  }
+  auto a = MakeArgs<PJRT_Buffer_GetMemoryLayout_Args>(PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE);
+  a.buffer = buf_;
+  if (PJRT_Error* err = api_->PJRT_Buffer_GetMemoryLayout(&a)) {
+    Discard(api_, err);
+    return false;
+  }
+  if (a.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || a.layout.tiled.num_tiles != 0) return false;
+  size_t rank = a.layout.tiled.minor_to_major_size;
+  for (size_t i = 0; i < rank; ++i) {
+    if (a.layout.tiled.minor_to_major[i] != static_cast<int64_t>(rank - 1 - i)) return false;
+  }
+  return true;
+}
+
 namespace {
 struct ReadyCallback {
   const PJRT_Api* api;

@@ -84,6 +84,9 @@ class Buffer {
   // The buffer's address as the plugin reports it (PJRT_Buffer_UnsafePointer): on a CPU client,
   // host memory holding the data once the buffer is ready, valid while this Buffer lives.
   const void* UnsafePointer() const;
+  // True when the plugin reports the buffer's layout as dense row-major (no tiles, minor_to_major
+  // = rank-1..0): its memory then reads like a contiguous host array. False when it cannot say.
+  bool IsDenseRowMajor() const;
   // Calls done() on a PJRT thread once the buffer is ready (or its computation failed); never
   // blocks. Used to time executions without waiting for them.
   // Returns false (done() never called) where the plugin cannot report readiness.
