@@ -19,7 +19,8 @@ SGD momentum.
 Usage:
   .venv/bin/python bench/bench_interleaved.py [--rounds 5] [--steps 20] [--warmup 5]
       [--models mlp,gpt2,resnet] [--config NAME[:VAR=VALUE[,VAR=VALUE...]] ...]
-A configuration named `eager` runs eager PyTorch on the CPU; PYTHON=<interpreter> runs that
+A configuration named `eager` runs eager PyTorch on the CPU, one named `jax` the MLP step under
+jax.jit on jaxlib's XLA:CPU (MLP only); PYTHON=<interpreter> runs that
 configuration with another interpreter (e.g. a venv holding another build, for before/after). Default configurations: `default`
 (this build as installed) and `eager`. Examples:
   --config default --config "no-donation:XLA_ENABLE_PARAM_ALIASING=0"
@@ -105,6 +106,54 @@ print("RESULT " + json.dumps(out))
 """
 
 
+# The MLP step in JAX (jax.jit on jaxlib's own XLA:CPU, parameters and momentum donated): the
+# `jax` configuration (MLP only). host ms = dispatch of one jitted step with the device idle.
+JAX_CHILD = r"""
+import json, time, resource
+import jax, jax.numpy as jnp
+steps, warmup = {steps}, {warmup}
+def init(key, sizes):
+    ps = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        k1, key = jax.random.split(key)
+        ps.append((jax.random.normal(k1, (b, a)) * a ** -0.5, jnp.zeros((b,))))
+    return ps
+def loss_fn(ps, x, y):
+    h = x
+    for i, (w, b) in enumerate(ps):
+        h = h @ w.T + b
+        if i < len(ps) - 1:
+            h = jax.nn.relu(h)
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], 1))
+def step(ps, bufs, x, y):
+    loss, g = jax.value_and_grad(loss_fn)(ps, x, y)
+    bufs = jax.tree_util.tree_map(lambda b, gi: 0.9 * b + gi, bufs, g)
+    ps = jax.tree_util.tree_map(lambda p, b: p - 0.01 * b, ps, bufs)
+    return ps, bufs, loss
+ps = init(jax.random.PRNGKey(0), [784, 1024, 1024, 10])
+bufs = jax.tree_util.tree_map(jnp.zeros_like, ps)
+x = jax.random.normal(jax.random.PRNGKey(1), (128, 784)); y = jax.random.randint(jax.random.PRNGKey(2), (128,), 0, 10)
+f = jax.jit(step, donate_argnums=(0, 1))
+for _ in range(warmup):
+    ps, bufs, loss = f(ps, bufs, x, y)
+loss.block_until_ready()
+wall, cpu = [], []
+for _ in range(steps):
+    w0, c0 = time.perf_counter(), time.thread_time()
+    ps, bufs, loss = f(ps, bufs, x, y)
+    wall.append(time.perf_counter() - w0); cpu.append(time.thread_time() - c0)
+    loss.block_until_ready()
+t0 = time.perf_counter()
+for _ in range(steps):
+    ps, bufs, loss = f(ps, bufs, x, y)
+last = float(loss)
+step_ms = (time.perf_counter() - t0) / steps * 1e3
+med = lambda v: sorted(v)[len(v) // 2] * 1e3
+print("RESULT " + json.dumps({{"host_ms": med(wall), "host_cpu_ms": med(cpu), "step_ms": step_ms, "loss": last,
+      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "plugin": "jaxlib " + jax.__version__}}))
+"""
+
+
 def parse_config(spec):
     name, _, rest = spec.partition(":")
     env = {}
@@ -116,7 +165,13 @@ def parse_config(spec):
 
 def run_child(model, name, env, steps, warmup):
     mode = "cpu" if name == "eager" else "xla"
-    code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, model=model, steps=steps, warmup=warmup)
+    if name == "jax":
+        if model != "mlp":
+            return {"error": "the jax configuration runs the MLP only"}
+        code = JAX_CHILD.format(steps=steps, warmup=warmup)
+    else:
+        code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, model=model, steps=steps,
+                            warmup=warmup)
     full_env = dict(os.environ, **env)
     python = full_env.pop("PYTHON", sys.executable)  # another build's interpreter (before/after)
     r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=full_env,

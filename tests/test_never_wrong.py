@@ -609,3 +609,19 @@ def test_a_failed_compile_costs_only_the_tensors_that_fail_alone():
     with pytest.raises(RuntimeError, match="injected compile failure"):
         b.cpu()
     torch.testing.assert_close((x + 1).cpu(), ref + 1)  # the runtime carries on
+
+
+def test_eager_error_order_layer_norm_of_empty_int_and_bitwise_shape_first():
+    """Fuzz seeds 7283 and 7015: layer_norm of an (empty) integer tensor raises eager's
+    NotImplementedError; bitwise_and of mismatched float tensors raises the shape error first."""
+    x = torch.arange(9).view(3, 3)
+    for v in (x, x[0:-3:1, :3:2]):
+        with pytest.raises(NotImplementedError, match="LayerNormKernelImpl"):
+            F.layer_norm(v, (v.shape[-1],))
+        with pytest.raises(NotImplementedError, match="LayerNormKernelImpl"):
+            F.layer_norm(v.to(DEV), (v.shape[-1],)).cpu()
+    a, b = torch.rand(1, 2, 3, 5), torch.rand(2, 1)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        torch.bitwise_and(a, b)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        torch.bitwise_and(a.to(DEV), b.to(DEV)).cpu()

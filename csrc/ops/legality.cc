@@ -65,6 +65,7 @@ Rule FloatNorm(size_t k = 0) {
 Rule BitwiseInts(const std::string& kernel, bool scalar) {
   return [=](OpArgs& a) {
     DType t = scalar ? ResultType({&a.T(0)}, {&a.S(1)}) : ResultType({&a.T(0), &a.T(1)});
+    if (!scalar) BroadcastShapes(a.V(0).dims(), a.V(1).dims());  // eager checks shapes before dtypes
     if (ir::IsFloating(t)) NotImpl(kernel, t);
   };
 }
@@ -164,7 +165,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
            a.Fail("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but "
                   "got normalized_shape = []");
          }
-         FloatKernel("LayerNormKernelImpl")(a);
+         FloatKernel("LayerNormKernelImpl", 0, /*skip_empty=*/false)(a);  // eager dispatches on dtype even when empty
        }},
       {"_softmax", FloatKernel("softmax_lastdim_kernel_impl")},
       {"_log_softmax", FloatKernel("log_softmax_lastdim_kernel_impl")},
