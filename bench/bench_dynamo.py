@@ -9,6 +9,9 @@ Each configuration runs in a fresh process.
 - host ms/step (pipelined): the same span inside a loop that never waits (on a 2-core machine the
   device's threads compete with the host for the cores).
 - step ms: wall time per step of the pipelined loop, until the last loss is read.
+- host cpu ms: CPU time per step of the threads that run the host work (the calling thread and
+  autograd's device threads, not XLA:CPU's compute threads), idle device: the host cost, much less
+  sensitive to other jobs on a shared machine than wall time (a preempted thread accrues none).
 - cpu ms: CPU time of the whole process (every thread: host and XLA:CPU's compute) per step of
   the idle-device loop; less sensitive to other jobs on the machine than wall time.
 - lazy (no donation): XLA_ENABLE_PARAM_ALIASING=0. (Before issue #12's fix, a donating sync waited
@@ -71,6 +74,26 @@ def wait():
     if xla:
         xm.wait_device_ops()
 
+import os, threading
+def host_threads():
+    tids = [threading.get_native_id()]
+    for t in os.listdir("/proc/self/task"):
+        try:
+            if open(f"/proc/self/task/{{t}}/comm").read().startswith("pt_autograd"):
+                tids.append(int(t))
+        except OSError:
+            pass
+    return tids
+
+def host_cpu_ns(tids):
+    s = 0
+    for t in tids:
+        try:
+            s += time.clock_gettime_ns(((~t) << 3) | 6)  # the thread's CPU-time clock (Linux)
+        except OSError:
+            pass
+    return s
+
 t0 = time.perf_counter()
 for _ in range(warmup):
     loss = run()
@@ -80,12 +103,16 @@ first_loss = loss.item()
 
 # idle-device host time
 host_idle = []
+host_cpu = []
+tids = host_threads()
 p0 = time.process_time()
 for _ in range(steps):
     wait()
+    c0 = host_cpu_ns(tids)
     h0 = time.perf_counter()
     loss = run()
     host_idle.append(time.perf_counter() - h0)
+    host_cpu.append(host_cpu_ns(tids) - c0)
 loss.item()
 wait()
 cpu_ms = (time.process_time() - p0) / steps * 1e3
@@ -101,6 +128,7 @@ for _ in range(steps):
 last = loss.item()
 step_ms = (time.perf_counter() - t0) / steps * 1e3
 out = {{"host_idle_ms": sorted(host_idle)[len(host_idle) // 2] * 1e3,
+       "host_cpu_ms": sorted(host_cpu)[len(host_cpu) // 2] / 1e6,
        "host_ms": sorted(host)[len(host) // 2] * 1e3, "step_ms": step_ms, "cpu_ms": cpu_ms, "warmup_s": warm_s, "loss": last}}
 if xla:
     c1 = {{n: met.counter_value(n) for n in met.counter_names()}}
@@ -135,6 +163,7 @@ def main():
                     help="run the configurations this many times, interleaved; report the median and range")
     ap.add_argument("--ab", action="store_true",
                     help="also openxla with the CPU part run eagerly (XLA_DYNAMO_PACK_CPU_SCALARS=0)")
+    ap.add_argument("--only", default="", help="run only the configurations whose label contains this text")
     a = ap.parse_args()
     configs = [("lazy", "lazy (XLA:CPU)", None),
                ("lazy", "lazy, no donation (XLA:CPU)", {"XLA_ENABLE_PARAM_ALIASING": "0"}),
@@ -146,6 +175,8 @@ def main():
         configs.insert(3, ("openxla", "openxla, CPU part eager (XLA:CPU)", {"XLA_DYNAMO_PACK_CPU_SCALARS": "0"}))
     if a.xla_only:
         configs = [c for c in configs if c[0] in ("lazy", "openxla")]
+    if a.only:
+        configs = [c for c in configs if a.only in c[1]]
     runs = {label: [] for _, label, _ in configs}
     for _ in range(a.repeat):
         for mode, label, env in configs:
@@ -160,28 +191,29 @@ def main():
             results[label] = rs[-1]
             continue
         r = dict(ok[len(ok) // 2])
-        for k in ("host_idle_ms", "host_ms", "step_ms", "cpu_ms"):
+        for k in ("host_idle_ms", "host_cpu_ms", "host_ms", "step_ms", "cpu_ms"):
             v = sorted(x[k] for x in ok)
             r[k] = v[len(v) // 2]
             r[k + "_range"] = [v[0], v[-1]]
         results[label] = r
-    print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host ms (pipe)':>15s} {'step ms':>9s} "
+    print(f"{'configuration':36s} {'host ms (idle)':>15s} {'host cpu ms':>12s} {'host ms (pipe)':>15s} {'step ms':>9s} "
           f"{'cpu ms':>8s} {'warm-up s':>10s} {'ops/step':>9s}")
     for label, r in results.items():
         if "error" in r:
             print(f"{label:36s} failed: {r['error']}")
             continue
         ops = r.get("ops_traced_per_step")
-        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['cpu_ms']:8.2f} {r['warmup_s']:10.1f} "
+        print(f"{label:36s} {r['host_idle_ms']:15.2f} {r['host_cpu_ms']:12.2f} {r['host_ms']:15.2f} {r['step_ms']:9.2f} {r['cpu_ms']:8.2f} {r['warmup_s']:10.1f} "
               f"{'' if ops is None else f'{ops:9.0f}'}")
         if a.repeat > 1:
-            rng = "  ".join(f"{r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f}" for k in ("host_idle_ms", "host_ms", "step_ms", "cpu_ms"))
+            rng = "  ".join(f"{r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f}" for k in ("host_idle_ms", "host_cpu_ms", "host_ms", "step_ms", "cpu_ms"))
             print(f"{'':36s} range over {a.repeat} runs: {rng}")
     comp = results.get("torch.compile openxla (XLA:CPU)")
     for lname in ("lazy (XLA:CPU)", "lazy, no donation (XLA:CPU)"):
         lazy = results.get(lname)
         if lazy and comp and "error" not in lazy and "error" not in comp:
             print(f"host time (idle device), {lname} / openxla: {lazy['host_idle_ms'] / comp['host_idle_ms']:.1f}x; "
+                  f"host cpu time: {lazy['host_cpu_ms'] / comp['host_cpu_ms']:.1f}x; "
                   f"step time openxla / lazy: {comp['step_ms'] / lazy['step_ms']:.2f}")
     print(json.dumps(results, indent=1))
 

@@ -395,6 +395,9 @@ def test_graph_returning_a_cpu_value_keeps_the_cpu_part():
 def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
     """Adam's step counters stay CPU tensors with the eager values; the bias corrections computed
     from them run inside the device executable (one upload per step for all counters)."""
+    import gc
+    from torch_xla._dynamo import dynamo_bridge as db
+    packed_before = {id(o) for o in gc.get_objects() if type(o) is db._Packed}
     batches = _mlp_batches(6)
     cpu_model = _mlp()
     xla_model = copy.deepcopy(cpu_model).to(DEV)
@@ -417,6 +420,9 @@ def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
         ups.append(_uploads())
     # per step: x and y, then one packed upload of every step counter
     assert ups[-1] - ups[-2] == 3
+    # the counters advance in place (one _foreach_add_), not through new tensors and copies
+    mine = [o for o in gc.get_objects() if type(o) is db._Packed and id(o) not in packed_before]
+    assert mine and all(p.increments is not None and p.mutate is None for p in mine)
     for cp, xp in zip(cpu_model.parameters(), xla_model.parameters()):
         cs, xs = copt.state[cp], xopt.state[xp]
         assert xs["step"].device.type == "cpu" and xs["step"].item() == cs["step"].item() == len(batches)

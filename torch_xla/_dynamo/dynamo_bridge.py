@@ -20,6 +20,7 @@ under ``PT_XLA_DEBUG=1``.
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -243,10 +244,16 @@ class _Packed:
                 continue
             env[n] = xg.node_copy(n, lambda m: env[m])
         self.xla = CompiledGraph(torch.fx.GraphModule(gm, xg), name)
-        # The CPU writes: the ancestors of the copied values, then one _foreach_copy_.
+        # The CPU writes: `step += c` for every counter becomes one in-place `_foreach_add_` per
+        # constant (no new tensors, no copies); otherwise the ancestors of the copied values,
+        # then one _foreach_copy_.
         self.cpu_inputs = [i for g in self.groups for i in g]
         self.mutate = None
-        if copies:
+        self.increments = _counter_increments(copies, cpu_ph, {n: i for i, n in enumerate(placeholders)})
+        if self.increments is not None:
+            _debug(f"dynamo graph '{name}': {len(copies)} CPU counters advance with "
+                   f"{len(self.increments)} in-place _foreach_add_")
+        elif copies:
             need, stack = set(), [c.args[1] for c in copies]
             while stack:
                 m = stack.pop()
@@ -262,14 +269,61 @@ class _Packed:
             cg.call_function(torch.ops.aten._foreach_copy_.default,
                              ([env2[c.args[0]] for c in copies], [env2[c.args[1]] for c in copies]))
             cg.output(None)
-            self.mutate = torch.fx.GraphModule(gm, cg)
+            # The generated forward, without nn.Module's call machinery (hooks) per call.
+            self.mutate = torch.fx.GraphModule(gm, cg).forward
 
     def __call__(self, *args):
         packed = [torch.stack([args[i] for i in g]) for g in self.groups]
         out = self.xla(*[args[i] for i in self.xla_inputs], *packed)
-        if self.mutate is not None:
+        if self.increments is not None:
+            with torch.no_grad():
+                for positions, c in self.increments:
+                    torch._foreach_add_([args[i] for i in positions], c)
+        elif self.mutate is not None:
             self.mutate(*[args[i] for i in self.cpu_inputs])
         return out
+
+
+_ADDS = (torch.ops.aten.add.Tensor, torch.ops.aten.add.Scalar)
+_FOREACH_ADDS = (torch.ops.aten._foreach_add.Scalar,)
+
+
+def _counter_increments(copies: List[torch.fx.Node], cpu_ph: set, position: Dict[torch.fx.Node, int]):
+    """[(argument positions, c)] when every CPU write is ``copy_(s, s + c)`` (``s`` a 0-dim CPU
+    input, ``c`` a number, the sum of ``s``'s dtype: an optimizer's ``step += 1``, foreach or
+    not), so the writes are in-place adds; None otherwise."""
+    if not copies:
+        return None
+    by_c: Dict[Any, List[int]] = {}
+    seen = set()
+    for cp in copies:
+        dst, src = cp.args[0], cp.args[1]
+        if dst in seen or not isinstance(src, torch.fx.Node) or src.op != "call_function":
+            return None
+        seen.add(dst)
+        if src.target in _ADDS:
+            if len(src.args) != 2 or src.kwargs or src.args[0] is not dst:
+                return None
+            c = src.args[1]
+        elif src.target is operator.getitem:
+            fa, k = src.args
+            if not (isinstance(fa, torch.fx.Node) and fa.op == "call_function" and fa.target in _FOREACH_ADDS
+                    and len(fa.args) == 2 and not fa.kwargs and isinstance(k, int)):
+                return None
+            lst = fa.args[0]
+            if not isinstance(lst, (list, tuple)) or k >= len(lst) or lst[k] is not dst:
+                return None
+            c = fa.args[1]
+        else:
+            return None
+        if isinstance(c, bool) or not isinstance(c, (int, float)):
+            return None
+        dv, sv = _meta_value(dst), _meta_value(src)
+        if not (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.dtype == sv.dtype
+                and dst in cpu_ph):
+            return None
+        by_c.setdefault((type(c), c), []).append(position[dst])
+    return [(positions, c) for (_, c), positions in by_c.items()]
 
 
 class _Entry:
