@@ -146,3 +146,20 @@ def test_disabled_by_env_gives_xla_ops_and_same_values():
     env = dict(os.environ, TORCH_XLA_HOST_KERNELS="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_spmd_graphs_keep_xla_dots_even_when_use_spmd_comes_first():
+    code = (
+        "import torch, torch_xla, torch_xla.runtime as xr\n"
+        "xr.use_spmd()\n"
+        "from torch_xla import _C\n"
+        "import torch_xla._XLAC as X\n"
+        "d = torch_xla.device(); torch.manual_seed(0)\n"
+        "a, b = torch.randn(64, 64), torch.randn(64, 64)\n"
+        "r = a.to(d) @ b.to(d)\n"
+        "assert not _C._host_kernels()\n"
+        "assert 'txla_aten' not in X._get_xla_tensors_hlo([r])\n"
+        "torch.testing.assert_close(r.cpu(), a @ b)\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

@@ -24,6 +24,7 @@
 #include <xla/ffi/api/c_api.h>
 
 #include "runtime/runtime.h"
+#include "graph/spmd.h"
 #include "ir/ir.h"
 
 namespace txla::bridge {
@@ -229,7 +230,8 @@ void RegisterHostKernels(runtime::Client& client) {
     }
     registered.insert(client.api());
   }
-  ir::SetHostKernels(true);
+  // SPMD graphs keep XLA's dots (use_spmd() may come before the client starts).
+  ir::SetHostKernels(!graph::spmd::Enabled());
 }
 
 }  // namespace txla::bridge
