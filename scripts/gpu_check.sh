@@ -33,6 +33,8 @@ WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
 DRY=${GPU_CHECK_DRY_RUN:-0}
 export PJRT_DEVICE=${PJRT_DEVICE:-CUDA}
 export PYTHONUNBUFFERED=1
+# No network there: skip fetching the host-kernel headers (a CPU-plugin feature) at configure time.
+export TXLA_HOST_KERNELS_BUILD=${TXLA_HOST_KERNELS_BUILD:-0}
 if [ "$DRY" = 1 ]; then BUDGET=${GPU_CHECK_BUDGET_S:-1200}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-480}
 else BUDGET=${GPU_CHECK_BUDGET_S:-470}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-170}; fi
 SKIP=",${GPU_CHECK_SKIP:-},"

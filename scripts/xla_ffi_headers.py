@@ -51,7 +51,7 @@ def fetch(folder):
     os.makedirs(parent, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=parent) as tmp:
         dl = os.path.join(tmp, "wheel")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--retries", "1", "--timeout", "20",
                         "-d", dl, TF_PACKAGE], check=True, stdout=sys.stderr)
         wheels = [f for f in os.listdir(dl) if f.endswith(".whl")]
         if not wheels:
