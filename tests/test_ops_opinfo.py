@@ -344,6 +344,13 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.max_unpool2d", "grad"): ("max_unpool2d",),
     ("nn.functional.max_unpool3d", ""): ("max_unpool3d",),
     ("nn.functional.max_unpool3d", "grad"): ("max_unpool3d",),
+    # ---- rows_linalg.cc (stablehlo.cholesky / stablehlo.triangular_solve)
+    ("linalg.cholesky", ""): ("linalg_cholesky_ex",),
+    ("linalg.cholesky_ex", ""): ("linalg_cholesky_ex",),
+    ("linalg.solve_triangular", ""): ("linalg_solve_triangular",),
+    ("triangular_solve", ""): ("triangular_solve",),
+    ("cholesky_solve", ""): ("_cholesky_solve_helper",),
+    ("cholesky_inverse", ""): ("cholesky_inverse",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.

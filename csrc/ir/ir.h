@@ -87,6 +87,8 @@ enum class Op : uint16_t {
   // CHLO special functions (unary: lgamma, digamma, erfc, bessel_i1e; binary: polygamma(n, x),
   // next_after, zeta(x, q)) and a same-width bitcast (attrs: none; the result dtype is the shape's)
   kLgamma, kDigamma, kErfc, kBesselI1e, kPolygamma, kNextAfter, kZeta, kBitcastConvert,
+  // linear algebra (attrs: see Cholesky / TriangularSolve)
+  kCholesky, kTriangularSolve,
   kNumOps
 };
 const char* OpName(Op op);
@@ -211,6 +213,14 @@ std::pair<Value, Value> ArgMaxWindow(const Value& x, const std::vector<int64_t>&
 Value SelectAndScatter(const Value& operand, const Value& source, const Value& init,
                        const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
                        const std::vector<int64_t>& padding_lo_hi);
+
+// Cholesky factor of each [..., n, n] matrix of a (float): lower (or upper) triangle; the other
+// triangle of the result is implementation-defined (callers mask it). Not positive-definite: NaNs.
+Value Cholesky(const Value& a, bool lower);
+// Solves op(a) x = b (left_side) or x op(a) = b for x, a triangular [..., n, n] (only its `lower` or
+// upper triangle is read), b [..., m, k] with the same batch dims; op transposes when transpose_a.
+Value TriangularSolve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
+                      bool transpose_a);
 
 // OptimizationBarrier over several values: returns the same values, which XLA may not move
 // computations across.

@@ -17,6 +17,7 @@ const std::vector<OpRow>& OpTable() {
     AddMathRows(*rows);
     AddSpecialRows(*rows);
     AddExtraRows(*rows);
+    AddLinalgRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();

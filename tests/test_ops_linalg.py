@@ -1,0 +1,124 @@
+"""Linear algebra and special-function rows (csrc/ops/rows_linalg.cc) against eager CPU: values, dtypes,
+shapes, gradients, LAPACK's info codes and eager's errors for matrices that are not positive-definite."""
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+
+DEV = torch_xla.device()
+
+
+def _pd(*batch, n=5, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(*batch, n, n, dtype=dtype, generator=g)
+    return a @ a.mT + n * torch.eye(n, dtype=dtype)
+
+
+def _no_fallback(before, *names):
+    for n in names:
+        assert met.counter_value("aten::" + n) == before.get(n), f"{n} ran on the CPU fallback"
+
+
+def _counts(*names):
+    return {n: met.counter_value("aten::" + n) for n in names}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_ex_values(dtype, upper):
+    a = _pd(3, 2, n=6, dtype=dtype)
+    before = _counts("linalg_cholesky_ex")
+    l, info = torch.linalg.cholesky_ex(a.to(DEV), upper=upper)
+    el, einfo = torch.linalg.cholesky_ex(a, upper=upper)
+    torch.testing.assert_close(l.cpu(), el)
+    assert info.dtype == einfo.dtype and torch.equal(info.cpu(), einfo)
+    _no_fallback(before, "linalg_cholesky_ex")
+
+
+def test_cholesky_ex_info_not_positive_definite():
+    a = _pd(6, n=7)
+    a[1, 2, 2] = -5          # minor of order 3 fails
+    a[2, 0, 0] = -1          # order 1
+    a[3, 6, 6] = -100        # order 7 (the last)
+    a[4, 3, 3] = float("nan")  # NaN on the diagonal: LAPACK stops there
+    a[5, 4, 4] = 0.0
+    a[5, 4, :4] = 0.0
+    a[5, :4, 4] = 0.0        # an exactly zero pivot of order 5
+    for upper in (False, True):
+        _, einfo = torch.linalg.cholesky_ex(a, upper=upper)
+        _, info = torch.linalg.cholesky_ex(a.to(DEV), upper=upper)
+        assert info.cpu().tolist() == einfo.tolist()
+    assert einfo.tolist() == [0, 3, 1, 7, 4, 5]
+
+
+def test_cholesky_raises_linalg_error():
+    a = _pd(n=4)
+    a[2, 2] = -3
+    with pytest.raises(torch.linalg.LinAlgError) as exc:
+        torch.linalg.cholesky(a)
+    with pytest.raises(torch.linalg.LinAlgError) as xexc:
+        torch.linalg.cholesky(a.to(DEV))
+    assert str(xexc.value) == str(exc.value)
+
+
+def test_cholesky_grad():
+    a = _pd(2, n=4)
+    w = torch.randn(2, 4, 4, dtype=torch.float64)
+    for upper in (False, True):
+        x = a.clone().requires_grad_()
+        (torch.linalg.cholesky(x, upper=upper) * w).sum().backward()
+        xx = a.to(DEV).requires_grad_()
+        (torch.linalg.cholesky(xx, upper=upper) * w.to(DEV)).sum().backward()
+        torch.testing.assert_close(xx.grad.cpu(), x.grad)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular_broadcast(upper, left, unit):
+    a = torch.randn(2, 1, 4, 4, dtype=torch.float64) + 4 * torch.eye(4, dtype=torch.float64)
+    b = torch.randn(3, 4, 2, dtype=torch.float64)
+    if not left:
+        b = b.mT
+    before = _counts("linalg_solve_triangular")
+    x = torch.linalg.solve_triangular(a.to(DEV), b.to(DEV), upper=upper, left=left, unitriangular=unit)
+    torch.testing.assert_close(x.cpu(), torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit))
+    _no_fallback(before, "linalg_solve_triangular")
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve_and_grad(transpose):
+    a = (torch.randn(3, 4, 4) + 4 * torch.eye(4)).requires_grad_()
+    b = torch.randn(3, 4, 2).requires_grad_()
+    ax = a.detach().to(DEV).requires_grad_()
+    bx = b.detach().to(DEV).requires_grad_()
+    s, c = torch.triangular_solve(b, a, upper=False, transpose=transpose)
+    sx, cx = torch.triangular_solve(bx, ax, upper=False, transpose=transpose)
+    torch.testing.assert_close(sx.cpu(), s)
+    torch.testing.assert_close(cx.cpu(), c)
+    s.sum().backward()
+    sx.sum().backward()
+    torch.testing.assert_close(ax.grad.cpu(), a.grad)
+    torch.testing.assert_close(bx.grad.cpu(), b.grad)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_and_inverse(upper):
+    f = torch.linalg.cholesky(_pd(2, n=4), upper=upper)
+    b = torch.randn(2, 4, 3, dtype=torch.float64)
+    before = _counts("_cholesky_solve_helper", "cholesky_inverse")
+    torch.testing.assert_close(torch.cholesky_solve(b.to(DEV), f.to(DEV), upper=upper).cpu(),
+                               torch.cholesky_solve(b, f, upper=upper))
+    inv = torch.cholesky_inverse(f.to(DEV), upper=upper).cpu()
+    torch.testing.assert_close(inv, torch.cholesky_inverse(f, upper=upper))
+    assert torch.equal(inv, inv.mT)  # exactly symmetric, as eager's
+    _no_fallback(before, "_cholesky_solve_helper", "cholesky_inverse")
+
+
+def test_empty():
+    for shape in [(0, 3, 3), (2, 0, 0)]:
+        a = torch.zeros(shape)
+        l, info = torch.linalg.cholesky_ex(a.to(DEV))
+        el, einfo = torch.linalg.cholesky_ex(a)
+        assert l.shape == el.shape and info.shape == einfo.shape and info.dtype == einfo.dtype
