@@ -122,3 +122,35 @@ def test_empty():
         l, info = torch.linalg.cholesky_ex(a.to(DEV))
         el, einfo = torch.linalg.cholesky_ex(a)
         assert l.shape == el.shape and info.shape == einfo.shape and info.dtype == einfo.dtype
+
+
+# ---- modified Bessel functions (csrc/ops/rows_bessel.cc)
+_BESSEL = [torch.i0, torch.special.i0e, torch.special.i1, torch.special.i1e]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("fn", _BESSEL, ids=lambda f: f.__name__)
+def test_bessel_values(fn, dtype):
+    special = [0.0, -0.0, 19.999, 20.0, 20.001, 88.5, 89.0, 91.0, 709.0, 711.0, 1e10,
+               float("inf"), float("-inf"), float("nan")]
+    x = torch.cat([torch.linspace(-30, 30, 601, dtype=torch.float64), torch.tensor(special, dtype=torch.float64),
+                   -torch.tensor(special[5:], dtype=torch.float64)]).to(dtype)
+    before = _counts(fn.__name__)
+    got = fn(x.to(DEV)).cpu()
+    _no_fallback(before, fn.__name__)
+    want = fn(x)
+    rtol = {torch.float64: 1e-13, torch.float32: 2e-6}.get(dtype, 1.6e-2)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=0, equal_nan=True)
+    zero = x == 0
+    assert torch.equal(torch.signbit(got[zero]), torch.signbit(want[zero]))  # i1(-0) = +0, as eager
+
+
+@pytest.mark.parametrize("fn", _BESSEL, ids=lambda f: f.__name__)
+def test_bessel_integer_input_and_grad(fn):
+    k = torch.arange(-40, 40)
+    torch.testing.assert_close(fn(k.to(DEV)).cpu(), fn(k), rtol=2e-6, atol=0)
+    x = torch.linspace(-25, 25, 101, dtype=torch.float64).requires_grad_()
+    xx = x.detach().to(DEV).requires_grad_()
+    fn(x).sum().backward()
+    fn(xx).sum().backward()
+    torch.testing.assert_close(xx.grad.cpu(), x.grad, rtol=1e-12, atol=0)

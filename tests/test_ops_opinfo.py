@@ -351,6 +351,11 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("triangular_solve", ""): ("triangular_solve",),
     ("cholesky_solve", ""): ("_cholesky_solve_helper",),
     ("cholesky_inverse", ""): ("cholesky_inverse",),
+    # ---- rows_bessel.cc
+    ("i0", ""): ("i0",),
+    ("special.i0e", ""): ("special_i0e",),
+    ("special.i1", ""): ("special_i1",),
+    ("special.i1e", ""): ("special_i1e",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.

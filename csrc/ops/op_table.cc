@@ -18,6 +18,7 @@ const std::vector<OpRow>& OpTable() {
     AddSpecialRows(*rows);
     AddExtraRows(*rows);
     AddLinalgRows(*rows);
+    AddBesselRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();
