@@ -154,3 +154,34 @@ def test_bessel_integer_input_and_grad(fn):
     fn(x).sum().backward()
     fn(xx).sum().backward()
     torch.testing.assert_close(xx.grad.cpu(), x.grad, rtol=1e-12, atol=0)
+
+
+# ---- histc (csrc/ops/rows_histc.cc)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_histc_bin_edges(dtype):
+    g = torch.Generator().manual_seed(3)
+    before = _counts("histc")
+    for _ in range(25):
+        bins = int(torch.randint(1, 12, (), generator=g))
+        lo = float(torch.randn((), generator=g))
+        hi = lo + float(torch.rand((), generator=g)) * 3
+        # elements exactly on (and next to) the bin edges, where the rounding of eager's division decides
+        edges = torch.linspace(lo, hi, bins + 1, dtype=dtype)
+        x = torch.cat([edges, torch.nextafter(edges, edges + 1), torch.randn(30, generator=g).to(dtype) * 2])
+        for args in [(bins, lo, hi), (bins, 0, 0)]:
+            want = torch.histc(x, *args)
+            got = torch.histc(x.to(DEV), *args).cpu()
+            assert got.dtype == want.dtype and torch.equal(got, want), (args, got, want)
+    _no_fallback(before, "histc")
+
+
+def test_histc_special_cases():
+    nan = float("nan")
+    for x, args in [(torch.tensor([2.0, 2.0]), (4, 0, 0)), (torch.tensor([]), (4, 0, 0)), (torch.tensor(3.0), (5,)),
+                    (torch.tensor([0.1, 0.2, 0.3, 0.7, nan], dtype=torch.float64), (3, 0.1, 0.7)),
+                    (torch.randn(3, 4, 5), (13, -0.3, 0.3))]:
+        torch.testing.assert_close(torch.histc(x.to(DEV), *args).cpu(), torch.histc(x, *args))
+    with pytest.raises(RuntimeError, match="torch.histc: range of"):
+        torch.histc(torch.tensor([1.0, float("inf")]).to(DEV), 4).cpu()
+    with pytest.raises(RuntimeError, match="max must be larger than min"):
+        torch.histc(torch.ones(3).to(DEV), 4, 3, 1)

@@ -356,6 +356,8 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("special.i0e", ""): ("special_i0e",),
     ("special.i1", ""): ("special_i1",),
     ("special.i1e", ""): ("special_i1e",),
+    # ---- rows_histc.cc
+    ("histc", ""): ("histc",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.

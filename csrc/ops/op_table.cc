@@ -19,6 +19,7 @@ const std::vector<OpRow>& OpTable() {
     AddExtraRows(*rows);
     AddLinalgRows(*rows);
     AddBesselRows(*rows);
+    AddHistcRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();
