@@ -185,3 +185,73 @@ def test_histc_special_cases():
         torch.histc(torch.tensor([1.0, float("inf")]).to(DEV), 4).cpu()
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(torch.ones(3).to(DEV), 4, 3, 1)
+
+
+# ---- LU-based rows (unrolled partial-pivoting LU, n <= 64)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_lu_family(dtype):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(3, 6, 6, dtype=dtype, generator=g)
+    b = torch.randn(3, 6, 2, dtype=dtype, generator=g)
+    names = ("linalg_lu_factor_ex", "linalg_inv_ex", "_linalg_det", "_linalg_solve_ex", "linalg_lu_solve")
+    before = _counts(*names)
+    ax, bx = a.to(DEV), b.to(DEV)
+    lu, piv, info = torch.linalg.lu_factor_ex(a)
+    lux, pivx, infox = torch.linalg.lu_factor_ex(ax)
+    torch.testing.assert_close(lux.cpu(), lu)
+    assert torch.equal(pivx.cpu(), piv) and torch.equal(infox.cpu(), info)
+    torch.testing.assert_close(torch.linalg.inv(ax).cpu(), torch.linalg.inv(a))
+    torch.testing.assert_close(torch.linalg.det(ax).cpu(), torch.linalg.det(a))
+    torch.testing.assert_close(torch.linalg.solve(ax, bx).cpu(), torch.linalg.solve(a, b))
+    torch.testing.assert_close(torch.linalg.solve(ax, bx[..., 0]).cpu(), torch.linalg.solve(a, b[..., 0]))
+    torch.testing.assert_close(torch.linalg.solve(ax, bx.mT, left=False).cpu(), torch.linalg.solve(a, b.mT, left=False))
+    for left in (True, False):
+        for adjoint in (True, False):
+            rhs = b if left else b.mT
+            torch.testing.assert_close(
+                torch.linalg.lu_solve(lux, pivx, rhs.to(DEV), left=left, adjoint=adjoint).cpu(),
+                torch.linalg.lu_solve(lu, piv, rhs, left=left, adjoint=adjoint))
+    # rectangular factorizations
+    for shape in [(4, 6), (6, 4)]:
+        r = torch.randn(*shape, dtype=dtype, generator=g)
+        lu_r, piv_r = torch.linalg.lu_factor(r)
+        lux_r, pivx_r = torch.linalg.lu_factor(r.to(DEV))
+        torch.testing.assert_close(lux_r.cpu(), lu_r)
+        assert torch.equal(pivx_r.cpu(), piv_r)
+    _no_fallback(before, *names)
+
+
+def test_lu_singular_and_errors():
+    s = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]], dtype=torch.float64)
+    lu, piv, info = torch.linalg.lu_factor_ex(s)
+    lux, pivx, infox = torch.linalg.lu_factor_ex(s.to(DEV))
+    torch.testing.assert_close(lux.cpu(), lu)
+    assert torch.equal(pivx.cpu(), piv) and infox.item() == info.item() == 3
+    assert torch.linalg.inv_ex(s.to(DEV)).info.item() == 3
+    with pytest.raises(torch.linalg.LinAlgError) as exc:
+        torch.linalg.inv(s)
+    with pytest.raises(torch.linalg.LinAlgError) as xexc:
+        torch.linalg.inv(s.to(DEV))
+    assert str(xexc.value) == str(exc.value)
+    torch.testing.assert_close(torch.linalg.det(s.to(DEV)).cpu(), torch.linalg.det(s))
+
+
+@pytest.mark.parametrize("fn", ["det", "inv", "solve"])
+def test_lu_grads(fn):
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(2, 4, 4, dtype=torch.float64, generator=g) + 3 * torch.eye(4, dtype=torch.float64)
+    b = torch.randn(2, 4, 3, dtype=torch.float64, generator=g)
+    f = {"det": lambda m, r: torch.linalg.det(m), "inv": lambda m, r: torch.linalg.inv(m),
+         "solve": lambda m, r: torch.linalg.solve(m, r)}[fn]
+    x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+    xx, yx = a.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
+    f(x, y).sum().backward()
+    f(xx, yx).sum().backward()
+    torch.testing.assert_close(xx.grad.cpu(), x.grad)
+    if y.grad is not None:
+        torch.testing.assert_close(yx.grad.cpu(), y.grad)
+
+
+def test_lu_large_matrix_falls_back_correctly():
+    a = torch.randn(70, 70, dtype=torch.float64) + 10 * torch.eye(70, dtype=torch.float64)
+    torch.testing.assert_close(torch.linalg.inv(a.to(DEV)).cpu(), torch.linalg.inv(a))
