@@ -97,8 +97,9 @@ Value CholeskySolve(const Value& b, const Value& f, bool upper) {
 
 // ---- LU with partial pivoting (LAPACK getrf's pivot choice: the first row of largest magnitude;
 // a zero pivot column is left unscaled and reported in info), unrolled over the columns: one
-// step per column, so matrices up to kMaxUnrolledLu go through it and larger ones stay on the CPU.
-constexpr int64_t kMaxUnrolledLu = 64;
+// step per column, so matrices up to kMaxUnrolledLu go through it and larger ones stay on the CPU
+// (compile time grows fast with the unrolling: ~20 s at n = 32 and ~35 s at n = 64 on this machine).
+constexpr int64_t kMaxUnrolledLu = 16;
 
 // x: [B, n, m]; idx: [B, k] (s64) -> rows x[b, idx[b, i], :] as [B, k, m].
 Value GatherRows(const Value& x, const Value& idx) {
