@@ -24,6 +24,7 @@ using namespace txla;
 namespace txla::bridge {
 void RegisterSpmdBindings(py::module& m);  // spmd_py.cc
 void RegisterDynamoBindings(py::module& m);  // dynamo_py.cc
+void RegisterHostKernels(runtime::Client& client);  // host_kernels.cc
 }
 
 namespace {
@@ -185,6 +186,7 @@ std::vector<at::Tensor> InGraph(const std::vector<at::Tensor>& ts, F op) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_xla's aten bridge";
   bridge::RegisterKernels();
+  graph::SetClientStartHook(&bridge::RegisterHostKernels);
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -213,6 +215,12 @@ PYBIND11_MODULE(_C, m) {
   });
   bridge::RegisterSpmdBindings(m);
   m.def("_client_started", &graph::ClientStarted);
+  // True once ATen's CPU kernels serve large dots and convolutions inside executables (CPU plugin
+  // with the FFI extension, TORCH_XLA_HOST_KERNELS not 0, not SPMD). Starts the client.
+  m.def("_host_kernels", []() {
+    graph::GetClient();
+    return ir::HostKernels();
+  });
   m.def("_device_count", &graph::DeviceCount);
   m.def("_check_device", &graph::CheckDevice);
   m.def("_device_type", []() { return graph::Config().device_type; });

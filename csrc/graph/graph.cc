@@ -124,7 +124,13 @@ std::mutex g_client_mu;
 std::function<RuntimeConfig()> g_resolver;
 RuntimeConfig g_config;
 std::unique_ptr<runtime::Client> g_client;
+std::function<void(runtime::Client&)> g_start_hook;
 }  // namespace
+
+void SetClientStartHook(std::function<void(runtime::Client&)> hook) {
+  std::lock_guard<std::mutex> g(g_client_mu);
+  g_start_hook = std::move(hook);
+}
 
 void SetConfigResolver(std::function<RuntimeConfig()> resolver) {
   std::lock_guard<std::mutex> g(g_client_mu);
@@ -233,7 +239,9 @@ runtime::Client& GetClient() {
     o.platform_hint = g_config.device_type;
     o.cpu_device_count = g_config.cpu_device_count;
     o.options = g_config.options;
-    g_client = runtime::Client::Create(o);
+    auto client = runtime::Client::Create(o);
+    if (g_start_hook) g_start_hook(*client);
+    g_client = std::move(client);
     runtime::WatchForFork();
   }
   return *g_client;

@@ -67,6 +67,9 @@ struct RuntimeConfig {
 // Called (once, on first device use) to resolve the plugin; set by the Python layer.
 void SetConfigResolver(std::function<RuntimeConfig()> resolver);
 bool ClientStarted();
+// Called once, right after the client starts (before any compile): the bridge registers its host
+// kernels there (ir::SetHostKernels). Set before the first device use.
+void SetClientStartHook(std::function<void(runtime::Client&)> hook);
 runtime::Client& GetClient();
 const RuntimeConfig& Config();
 int DeviceCount();  // starts the client; 1 in SPMD mode (one virtual device, xla:0)

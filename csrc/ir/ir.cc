@@ -59,7 +59,7 @@ const char* OpName(Op op) {
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
       "all_gather", "reduce_scatter", "all_to_all", "sharding",
       "lgamma", "digamma", "erfc", "bessel_i1e", "polygamma", "next_after", "zeta", "bitcast_convert",
-      "cholesky", "triangular_solve"};
+      "host_call", "cholesky", "triangular_solve"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -88,7 +88,7 @@ std::string Node::ToString() const {
   for (size_t i = 0; i < shapes.size(); ++i) os << (i ? ", " : "") << shapes[i].ToString();
   for (const auto& v : attrs.ints) os << " " << DimsToString(v);
   if (op == Op::kConstant) os << " value=" << attrs.f;
-  if (op == Op::kSharding) os << " " << attrs.s;
+  if (op == Op::kSharding || op == Op::kHostCall) os << " " << attrs.s;
   if ((op == Op::kDotGeneral || op == Op::kConvolution) && attrs.n > 0) {
     os << " precision=" << (attrs.n == 1 ? "HIGH" : "HIGHEST");
   }
@@ -409,6 +409,47 @@ Value TriangularSolve(const Value& a, const Value& b, bool left_side, bool lower
   return Make(Op::kTriangularSolve, {a, b}, b.shape(), at);
 }
 
+namespace {
+
+// Dots below this many multiply-adds stay XLA's (a custom call costs a few microseconds).
+constexpr int64_t kHostDotMinFlops = 1 << 15;
+
+bool HostDotDType(DType t) { return t == DType::kF32 || t == DType::kF64 || t == DType::kBF16; }
+
+// The host dot's operand: a transpose is folded into the dimension lists (ATen's GEMM reads
+// transposed operands in place; a custom call's operand would otherwise be a materialized copy).
+Value LookThroughTranspose(const Value& v, std::vector<int64_t>* batch, std::vector<int64_t>* contract,
+                           std::vector<int64_t>* free) {
+  if (v.node->op != Op::kTranspose) return v;
+  const std::vector<int64_t>& perm = v.node->attrs.ints[0];
+  for (auto* dims : {batch, contract, free}) {
+    for (auto& d : *dims) d = perm[d];
+  }
+  return v.node->operands[0];
+}
+
+// params: [nb, nc, nfa, nfb, lhs batch..., lhs contract..., lhs free..., rhs batch..., rhs contract...,
+// rhs free...]; the result is [batch..., lhs free..., rhs free...] as dot_general's.
+Value HostDot(Value a, Value b, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
+              std::vector<int64_t> rc, Shape out) {
+  auto free_dims = [](int rank, const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+    std::vector<int64_t> f;
+    for (int i = 0; i < rank; ++i) {
+      if (std::find(x.begin(), x.end(), i) == x.end() && std::find(y.begin(), y.end(), i) == y.end()) f.push_back(i);
+    }
+    return f;
+  };
+  std::vector<int64_t> lf = free_dims(a.rank(), lb, lc), rf = free_dims(b.rank(), rb, rc);
+  a = LookThroughTranspose(a, &lb, &lc, &lf);
+  b = LookThroughTranspose(b, &rb, &rc, &rf);
+  std::vector<int64_t> p{static_cast<int64_t>(lb.size()), static_cast<int64_t>(lc.size()),
+                         static_cast<int64_t>(lf.size()), static_cast<int64_t>(rf.size())};
+  for (const auto* v : {&lb, &lc, &lf, &rb, &rc, &rf}) p.insert(p.end(), v->begin(), v->end());
+  return HostCall("dot", {a, b}, {std::move(out)}, std::move(p))[0];
+}
+
+}  // namespace
+
 Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
                  const std::vector<int64_t>& lc, const std::vector<int64_t>& rc, DType out) {
   if (lb.size() != rb.size() || lc.size() != rc.size()) Fail("dot_general: dimension lists differ");
@@ -426,10 +467,35 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   auto in = [](const std::vector<int64_t>& v, int64_t d) { return std::find(v.begin(), v.end(), d) != v.end(); };
   for (int i = 0; i < a.rank(); ++i) if (!in(lb, i) && !in(lc, i)) dims.push_back(a.dims()[i]);
   for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
+  if (HostKernels() && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
+    int64_t flops = 1;
+    for (int64_t d : dims) flops *= d;
+    for (int64_t d : lc) flops *= a.dims()[d];
+    if (flops >= kHostDotMinFlops) return HostDot(a, b, lb, rb, lc, rc, Shape(out, dims));
+  }
   Attrs at;
   at.ints = {lb, rb, lc, rc};
   at.n = MatMulPrecision();
   return Make(Op::kDotGeneral, {a, b}, Shape(out, dims), at);
+}
+
+namespace {
+std::atomic<bool> g_host_kernels{false};
+}  // namespace
+
+void SetHostKernels(bool enabled) { g_host_kernels.store(enabled); }
+bool HostKernels() { return g_host_kernels.load(std::memory_order_relaxed); }
+std::string HostKernelTarget(const std::string& kernel) { return "txla_aten_" + kernel; }
+
+std::vector<Value> HostCall(const std::string& kernel, const std::vector<Value>& operands, std::vector<Shape> shapes,
+                            std::vector<int64_t> params) {
+  Attrs a;
+  a.s = kernel;
+  a.ints = {std::move(params)};
+  NodePtr n = MakeMulti(Op::kHostCall, operands, std::move(shapes), std::move(a));
+  std::vector<Value> out;
+  for (size_t i = 0; i < n->shapes.size(); ++i) out.emplace_back(n, static_cast<int>(i));
+  return out;
 }
 
 Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& offset_dims,

@@ -87,6 +87,9 @@ enum class Op : uint16_t {
   // CHLO special functions (unary: lgamma, digamma, erfc, bessel_i1e; binary: polygamma(n, x),
   // next_after, zeta(x, q)) and a same-width bitcast (attrs: none; the result dtype is the shape's)
   kLgamma, kDigamma, kErfc, kBesselI1e, kPolygamma, kNextAfter, kZeta, kBitcastConvert,
+  // A host kernel (attrs.s names it, attrs.ints[0] its integer parameters): an XLA FFI custom call
+  // to one of ATen's CPU kernels, registered with the CPU plugin (see HostKernels()).
+  kHostCall,
   // linear algebra (attrs: see Cholesky / TriangularSolve)
   kCholesky, kTriangularSolve,
   kNumOps
@@ -248,6 +251,19 @@ Value AnnotateSharding(const Value& x, const Sharding& sharding);
 // so it is part of the node hash (the graph cache key) and of the StableHLO text.
 void SetMatMulPrecision(int precision);  // throws std::invalid_argument outside 0..2
 int MatMulPrecision();
+
+// Host kernels: on the CPU plugin, large dots and convolutions run ATen's own CPU kernels (MKL /
+// oneDNN, eager's exact routines) as typed XLA FFI custom calls inside the compiled executable,
+// while XLA fuses everything around them. Enabled once the bridge has registered the handlers with
+// the client (never on other platforms); builders below then emit kHostCall nodes, which are part
+// of the graph hash like any node.
+void SetHostKernels(bool enabled);
+bool HostKernels();
+// The custom-call target of host kernel `kernel` ("dot", "conv", "conv_bwd").
+std::string HostKernelTarget(const std::string& kernel);
+// A host-kernel call with explicit result shapes; returns one value per shape.
+std::vector<Value> HostCall(const std::string& kernel, const std::vector<Value>& operands,
+                            std::vector<Shape> shapes, std::vector<int64_t> params);
 
 // Helpers for ops code.
 std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank);

@@ -488,6 +488,12 @@ class Emitter {
                  " : i64");
         return;
       }
+      case Op::kHostCall:
+        // A typed FFI call (api_version 4): the parameters travel as one i64 array attribute.
+        Line(n, "stablehlo.custom_call",
+             "api_version = 4 : i32, backend_config = {p = " + I64Array(A.ints[0]) + "}, call_target_name = \"" +
+                 ir::HostKernelTarget(A.s) + "\"");
+        return;
       case Op::kSharding:
         Line(n, "stablehlo.custom_call", "call_target_name = \"Sharding\", mhlo.sharding = \"" + A.s + "\"");
         return;

@@ -437,6 +437,18 @@ V BatchNormBackward(const Value& g_in, const Value& x, std::optional<Value> w, s
   return out;
 }
 
+// Host kernels (ir::HostKernels()): ATen's CPU convolution runs inside the executable.
+bool UseHostConv(const Value& x, const Value& w) {
+  DType t = x.dtype();
+  return ir::HostKernels() && w.dtype() == t && (t == DType::kF32 || t == DType::kF64 || t == DType::kBF16);
+}
+
+std::vector<int64_t> HostConvParams(const ConvParams& p, bool transposed) {
+  std::vector<int64_t> v{p.nsp, transposed ? 1 : 0, p.groups};
+  for (const auto* l : {&p.stride, &p.padding, &p.dilation, &p.output_padding}) v.insert(v.end(), l->begin(), l->end());
+  return v;
+}
+
 std::vector<int64_t> Mask(const OpArgs& a, size_t k) {
   if (a.IsNone(k)) return {1, 1, 1};
   return a.Ints(k);
@@ -450,7 +462,9 @@ V ConvolutionRow(OpArgs& a) {
     a.Fail("Input type (" + std::string(ir::DTypeName(x.dtype())) + ") and weight type (" +
            ir::DTypeName(w.dtype()) + ") should be the same");
   }
-  Value y = ConvForward(x, w, ReadConv(a, 3, w), a.Bool(6));
+  ConvParams p = ReadConv(a, 3, w);
+  Value y = ConvForward(x, w, p, a.Bool(6));  // XLA's form; its shape is the host call's
+  if (UseHostConv(x, w)) y = ir::HostCall("conv", {x, w}, {y.shape()}, HostConvParams(p, a.Bool(6)))[0];
   if (bias) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*bias, y.dtype()), y));
   return {y};
 }
@@ -463,7 +477,18 @@ V ConvolutionBackward(OpArgs& a, size_t first) {
   bool transposed = a.Bool(first + 3);
   auto mask = Mask(a, first + 6);
   V out(3);
-  if (!transposed) {
+  if (UseHostConv(x, w) && dy.dtype() == x.dtype() && (mask[0] || mask[1])) {
+    std::vector<int64_t> params = HostConvParams(p, transposed);
+    params.push_back(mask[0] ? 1 : 0);
+    params.push_back(mask[1] ? 1 : 0);
+    std::vector<ir::Shape> shapes;
+    if (mask[0]) shapes.push_back(x.shape());
+    if (mask[1]) shapes.push_back(w.shape());
+    V r = ir::HostCall("conv_bwd", {dy, x, w}, shapes, params);
+    size_t k = 0;
+    if (mask[0]) out[0] = r[k++];
+    if (mask[1]) out[1] = r[k++];
+  } else if (!transposed) {
     if (mask[0]) out[0] = ConvInputGrad(dy, x, w, p);
     if (mask[1]) out[1] = ConvWeightGrad(dy, x, SpatialOf(w), p);
   } else {

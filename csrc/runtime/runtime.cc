@@ -43,6 +43,9 @@
 #include <sys/stat.h>
 
 #include <pjrt_c_api.h>
+#ifdef TXLA_HAVE_PJRT_FFI
+#include <xla/pjrt/c/pjrt_c_api_ffi_extension.h>
+#endif
 
 #include <cstddef>
 #include <cstring>
@@ -714,6 +717,29 @@ std::string Client::PlatformName() const {
   a.client = client_;
   Check(api_, PJRT_FN(api_, PJRT_Client_PlatformName)(&a), "Client_PlatformName");
   return std::string(a.platform_name, a.platform_name_size);
+}
+
+bool Client::RegisterFfiHandler(const std::string& target, void* handler, const std::string& platform) {
+#ifdef TXLA_HAVE_PJRT_FFI
+  for (const PJRT_Extension_Base* e = api_->extension_start; e != nullptr; e = e->next) {
+    if (e->type != PJRT_Extension_Type_FFI) continue;
+    const auto* ffi = reinterpret_cast<const PJRT_FFI_Extension*>(e);
+    if (ffi->base.struct_size < PJRT_FFI_Extension_STRUCT_SIZE || ffi->register_handler == nullptr) return false;
+    auto a = MakeArgs<PJRT_FFI_Register_Handler_Args>(PJRT_FFI_Register_Handler_Args_STRUCT_SIZE);
+    a.target_name = target.c_str();
+    a.target_name_size = target.size();
+    a.handler = handler;
+    a.platform_name = platform.c_str();
+    a.platform_name_size = platform.size();
+    Check(api_, ffi->register_handler(&a), ("FFI register_handler " + target).c_str());
+    return true;
+  }
+#else
+  (void)target;
+  (void)handler;
+  (void)platform;
+#endif
+  return false;
 }
 
 std::string Client::PlatformVersion() const {

@@ -152,6 +152,11 @@ class Client {
   std::string PlatformVersion() const;
   int ApiMajor() const;
   int ApiMinor() const;
+  // Registers a typed XLA FFI handler (an XLA_FFI_Handler*) for custom calls to `target` on
+  // `platform` ("Host" for XLA:CPU) through the plugin's PJRT FFI extension. False where the
+  // plugin has no such extension or this build lacks its header; throws PjrtError if the plugin
+  // refuses the handler.
+  bool RegisterFfiHandler(const std::string& target, void* handler, const std::string& platform);
   // Addressable devices, in PJRT order.
   int NumDevices() const { return static_cast<int>(devices_.size()); }
   PJRT_Device* Device(int index) const;  // throws std::out_of_range

@@ -1,0 +1,245 @@
+// Host kernels: ATen's own CPU kernels (MKL/oneDNN GEMM and convolution, eager's exact routines)
+// run inside XLA:CPU executables as typed XLA FFI custom calls. The IR emits kHostCall nodes for
+// large dots and for convolutions once these handlers are registered (ir::HostKernels()); XLA
+// keeps fusing everything around them. Each handler views XLA's buffers as CPU tensors (no copy)
+// and writes its results into XLA's result buffers.
+//
+// Parameters (attrs "p", one i64 array) are laid out by the IR builders (csrc/ir/ir.cc HostDot,
+// csrc/ops/rows_conv.cc HostConv*). Errors become XLA FFI errors (the execution fails with the
+// message, which reaches Python as a RuntimeError); nothing aborts.
+#ifdef TXLA_HAVE_XLA_FFI
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <xla/ffi/api/c_api.h>
+
+#include "runtime/runtime.h"
+#include "ir/ir.h"
+
+namespace txla::bridge {
+namespace {
+
+at::ScalarType ScalarTypeOf(XLA_FFI_DataType t) {
+  switch (t) {
+    case XLA_FFI_DataType_F32: return at::kFloat;
+    case XLA_FFI_DataType_F64: return at::kDouble;
+    case XLA_FFI_DataType_BF16: return at::kBFloat16;
+    case XLA_FFI_DataType_F16: return at::kHalf;
+    default: throw std::invalid_argument("host kernel: unsupported element type " + std::to_string(t));
+  }
+}
+
+at::Tensor View(void* p) {
+  auto* b = static_cast<XLA_FFI_Buffer*>(p);
+  std::vector<int64_t> dims(b->dims, b->dims + b->rank);
+  return at::from_blob(b->data, dims, at::TensorOptions().dtype(ScalarTypeOf(b->dtype)).device(at::kCPU));
+}
+
+// The call frame's operands, results and the "p" attribute.
+struct Frame {
+  std::vector<at::Tensor> args, rets;
+  std::vector<int64_t> p;
+};
+
+Frame Read(XLA_FFI_CallFrame* cf) {
+  Frame f;
+  for (int64_t i = 0; i < cf->args.size; ++i) {
+    if (cf->args.types[i] != XLA_FFI_ArgType_BUFFER) throw std::invalid_argument("host kernel: non-buffer operand");
+    f.args.push_back(View(cf->args.args[i]));
+  }
+  for (int64_t i = 0; i < cf->rets.size; ++i) {
+    if (cf->rets.types[i] != XLA_FFI_RetType_BUFFER) throw std::invalid_argument("host kernel: non-buffer result");
+    f.rets.push_back(View(cf->rets.rets[i]));
+  }
+  for (int64_t i = 0; i < cf->attrs.size; ++i) {
+    const XLA_FFI_ByteSpan* name = cf->attrs.names[i];
+    if (name->len != 1 || name->ptr[0] != 'p') continue;
+    if (cf->attrs.types[i] != XLA_FFI_AttrType_ARRAY) throw std::invalid_argument("host kernel: attribute p is not an array");
+    auto* arr = static_cast<XLA_FFI_Array*>(cf->attrs.attrs[i]);
+    if (arr->dtype != XLA_FFI_DataType_S64) throw std::invalid_argument("host kernel: attribute p is not i64");
+    auto* d = static_cast<const int64_t*>(arr->data);
+    f.p.assign(d, d + arr->size);
+  }
+  return f;
+}
+
+std::vector<int64_t> Take(const std::vector<int64_t>& p, size_t* pos, int64_t n) {
+  if (n < 0 || *pos + n > p.size()) throw std::invalid_argument("host kernel: malformed parameters");
+  std::vector<int64_t> v(p.begin() + *pos, p.begin() + *pos + n);
+  *pos += n;
+  return v;
+}
+
+int64_t Prod(const at::Tensor& t, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= t.size(d);
+  return n;
+}
+
+// [nb, nc, nfa, nfb, lb..., lc..., lf..., rb..., rc..., rf...]: out[B, M, N] = lhs[B, M, K] rhs[B, K, N].
+void Dot(Frame& f) {
+  size_t pos = 4;
+  if (f.p.size() < 4 || f.args.size() != 2 || f.rets.size() != 1) throw std::invalid_argument("host dot: bad call");
+  int64_t nb = f.p[0], nc = f.p[1], nfa = f.p[2], nfb = f.p[3];
+  auto lb = Take(f.p, &pos, nb), lc = Take(f.p, &pos, nc), lf = Take(f.p, &pos, nfa);
+  auto rb = Take(f.p, &pos, nb), rc = Take(f.p, &pos, nc), rf = Take(f.p, &pos, nfb);
+  const at::Tensor &a = f.args[0], &b = f.args[1];
+  int64_t B = Prod(a, lb), M = Prod(a, lf), K = Prod(a, lc), N = Prod(b, rf);
+  std::vector<int64_t> pa(lb), pb(rb);
+  pa.insert(pa.end(), lf.begin(), lf.end());
+  pa.insert(pa.end(), lc.begin(), lc.end());
+  pb.insert(pb.end(), rc.begin(), rc.end());
+  pb.insert(pb.end(), rf.begin(), rf.end());
+  // Permuted views; reshape copies only where the grouped dims are not adjacent in memory.
+  at::Tensor l = a.permute(pa).reshape({B, M, K}), r = b.permute(pb).reshape({B, K, N});
+  at::Tensor out = f.rets[0].view({B, M, N});
+  if (B == 1) {
+    at::Tensor o2 = out.select(0, 0);
+    at::mm_out(o2, l.select(0, 0), r.select(0, 0));
+  } else {
+    at::bmm_out(out, l, r);
+  }
+}
+
+struct ConvArgs {
+  int64_t nsp = 0, groups = 1;
+  bool transposed = false;
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  std::vector<int64_t> rest;
+};
+
+// [nsp, transposed, groups, stride..., padding..., dilation..., output_padding..., rest...]
+ConvArgs ReadConv(const std::vector<int64_t>& p) {
+  if (p.size() < 3) throw std::invalid_argument("host conv: malformed parameters");
+  ConvArgs c;
+  c.nsp = p[0];
+  c.transposed = p[1] != 0;
+  c.groups = p[2];
+  size_t pos = 3;
+  c.stride = Take(p, &pos, c.nsp);
+  c.padding = Take(p, &pos, c.nsp);
+  c.dilation = Take(p, &pos, c.nsp);
+  c.output_padding = Take(p, &pos, c.nsp);
+  c.rest.assign(p.begin() + pos, p.end());
+  return c;
+}
+
+void Conv(Frame& f) {
+  if (f.args.size() != 2 || f.rets.size() != 1) throw std::invalid_argument("host conv: bad call");
+  ConvArgs c = ReadConv(f.p);
+  at::convolution_out(f.rets[0], f.args[0], f.args[1], std::nullopt, c.stride, c.padding, c.dilation, c.transposed,
+                      c.output_padding, c.groups);
+}
+
+// operands (grad_output, input, weight); rest = [input mask, weight mask]; one result per mask set.
+void ConvBackward(Frame& f) {
+  ConvArgs c = ReadConv(f.p);
+  if (f.args.size() != 3 || c.rest.size() != 2) throw std::invalid_argument("host conv_bwd: bad call");
+  std::array<bool, 3> mask{c.rest[0] != 0, c.rest[1] != 0, false};
+  if (f.rets.size() != static_cast<size_t>(mask[0] + mask[1])) throw std::invalid_argument("host conv_bwd: bad results");
+  auto [gi, gw, gb] = at::convolution_backward(f.args[0], f.args[1], f.args[2], std::nullopt, c.stride, c.padding,
+                                               c.dilation, c.transposed, c.output_padding, c.groups, mask);
+  size_t k = 0;
+  if (mask[0]) f.rets[k++].copy_(gi);
+  if (mask[1]) f.rets[k++].copy_(gw);
+}
+
+XLA_FFI_Error* Fail(XLA_FFI_CallFrame* cf, const std::string& msg) {
+  XLA_FFI_Error_Create_Args a;
+  std::memset(&a, 0, sizeof(a));
+  a.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  a.message = msg.c_str();  // copied by XLA
+  a.errc = XLA_FFI_Error_Code_INTERNAL;
+  return cf->api->XLA_FFI_Error_Create(&a);
+}
+
+template <void (*Kernel)(Frame&)>
+XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
+  // XLA first asks a handler for its metadata (API version, traits) through this extension.
+  for (XLA_FFI_Extension_Base* e = cf->extension_start; e != nullptr; e = e->next) {
+    if (e->type == XLA_FFI_Extension_Metadata) {
+      auto* m = reinterpret_cast<XLA_FFI_Metadata_Extension*>(e)->metadata;
+      // A plugin ignores handlers that claim a newer FFI API than its own (the custom call then
+      // "has no handler"): claim the older of our header's version and the plugin's. What we use
+      // of the API (buffers, an i64 array attribute, errors) is the same in every 0.x minor.
+      int minor = XLA_FFI_API_MINOR;
+      if (cf->api != nullptr && cf->api->api_version.major_version == XLA_FFI_API_MAJOR) {
+        minor = std::min(minor, cf->api->api_version.minor_version);
+      }
+      m->api_version.major_version = XLA_FFI_API_MAJOR;
+      m->api_version.minor_version = minor;
+      m->traits = 0;
+      return nullptr;
+    }
+  }
+  if (cf->stage != XLA_FFI_ExecutionStage_EXECUTE) return nullptr;
+  try {
+    // Plain CPU kernels, whatever the calling thread's dispatch state (XLA may run the call on the
+    // Python thread that launched the executable): no autograd, no Python modes, no functionalization.
+    c10::InferenceMode guard;
+    c10::impl::ExcludeDispatchKeyGuard no_modes(
+        c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                             c10::DispatchKey::Functionalize, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                             c10::DispatchKey::FuncTorchDynamicLayerBackMode, c10::DispatchKey::AutocastCPU}));
+    Frame f = Read(cf);
+    Kernel(f);
+    return nullptr;
+  } catch (const std::exception& e) {
+    return Fail(cf, std::string("torch_xla host kernel failed: ") + e.what());
+  }
+}
+
+bool EnabledByEnv() {
+  const char* v = std::getenv("TORCH_XLA_HOST_KERNELS");
+  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0 && std::strcmp(v, "False") != 0);
+}
+
+}  // namespace
+
+// Called once when the client starts (graph::SetClientStartHook).
+// Registration is per plugin library (XLA's handler registry is static there), so a later client of
+// the same plugin reuses it. A plugin that refuses is used without host kernels, with a warning.
+void RegisterHostKernels(runtime::Client& client) {
+  if (!EnabledByEnv() || client.PlatformName() != "cpu") return;
+  static std::set<const void*> registered;
+  if (!registered.count(client.api())) {
+    struct Entry {
+      const char* kernel;
+      XLA_FFI_Handler* fn;
+    };
+    const Entry entries[] = {{"dot", &Handle<Dot>}, {"conv", &Handle<Conv>}, {"conv_bwd", &Handle<ConvBackward>}};
+    try {
+      for (const Entry& e : entries) {
+        if (!client.RegisterFfiHandler(ir::HostKernelTarget(e.kernel), reinterpret_cast<void*>(e.fn), "host")) return;
+      }
+    } catch (const std::exception& e) {
+      TORCH_WARN("torch_xla: the CPU plugin refused the host kernels (", e.what(),
+                 "); XLA compiles every dot and convolution itself");
+      return;
+    }
+    registered.insert(client.api());
+  }
+  ir::SetHostKernels(true);
+}
+
+}  // namespace txla::bridge
+
+#else  // !TXLA_HAVE_XLA_FFI
+
+#include "runtime/runtime.h"
+
+namespace txla::bridge {
+void RegisterHostKernels(runtime::Client&) {}
+}  // namespace txla::bridge
+
+#endif
