@@ -467,7 +467,8 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   auto in = [](const std::vector<int64_t>& v, int64_t d) { return std::find(v.begin(), v.end(), d) != v.end(); };
   for (int i = 0; i < a.rank(); ++i) if (!in(lb, i) && !in(lc, i)) dims.push_back(a.dims()[i]);
   for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
-  if (HostKernels() && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
+  // A precision set by the user (set_mat_mul_precision) must reach XLA's dot: host kernels only at DEFAULT.
+  if (HostKernels() && MatMulPrecision() == 0 && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
     int64_t flops = 1;
     for (int64_t d : dims) flops *= d;
     for (int64_t d : lc) flops *= a.dims()[d];
