@@ -344,6 +344,28 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.max_unpool2d", "grad"): ("max_unpool2d",),
     ("nn.functional.max_unpool3d", ""): ("max_unpool3d",),
     ("nn.functional.max_unpool3d", "grad"): ("max_unpool3d",),
+    # ---- rows_linalg.cc (stablehlo.cholesky / stablehlo.triangular_solve)
+    ("linalg.cholesky", ""): ("linalg_cholesky_ex",),
+    ("linalg.cholesky_ex", ""): ("linalg_cholesky_ex",),
+    ("linalg.solve_triangular", ""): ("linalg_solve_triangular",),
+    ("triangular_solve", ""): ("triangular_solve",),
+    ("cholesky_solve", ""): ("_cholesky_solve_helper",),
+    ("cholesky_inverse", ""): ("cholesky_inverse",),
+    ("linalg.lu_factor", ""): ("linalg_lu_factor_ex",),
+    ("linalg.lu_factor_ex", ""): ("linalg_lu_factor_ex",),
+    ("linalg.inv", ""): ("linalg_inv_ex",),
+    ("linalg.inv_ex", ""): ("linalg_inv_ex",),
+    ("linalg.det", ""): ("_linalg_det",),
+    ("linalg.solve", ""): ("_linalg_solve_ex",),
+    ("linalg.solve_ex", ""): ("_linalg_solve_ex",),
+    ("linalg.lu_solve", ""): ("linalg_lu_solve",),
+    # ---- rows_bessel.cc
+    ("i0", ""): ("i0",),
+    ("special.i0e", ""): ("special_i0e",),
+    ("special.i1", ""): ("special_i1",),
+    ("special.i1e", ""): ("special_i1e",),
+    # ---- rows_histc.cc
+    ("histc", ""): ("histc",),
 }
 
 # Ops whose output values are unspecified: compare shape and dtype only.

@@ -59,7 +59,7 @@ const char* OpName(Op op) {
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
       "all_gather", "reduce_scatter", "all_to_all", "sharding",
       "lgamma", "digamma", "erfc", "bessel_i1e", "polygamma", "next_after", "zeta", "bitcast_convert",
-      "host_call"};
+      "host_call", "cholesky", "triangular_solve"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -393,6 +393,28 @@ Value Cumulative(ReduceKind kind, const Value& x, int64_t dim) {
   return Make(Op::kCumulative, {x}, x.shape(), a);
 }
 
+Value Cholesky(const Value& a, bool lower) {
+  if (a.rank() < 2 || a.dims()[a.rank() - 1] != a.dims()[a.rank() - 2] || !IsFloating(a.dtype())) {
+    Fail("cholesky: expected a float [..., n, n] operand, got " + a.shape().ToString());
+  }
+  Attrs at;
+  at.n = lower ? 1 : 0;
+  return Make(Op::kCholesky, {a}, a.shape(), at);
+}
+
+Value TriangularSolve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
+                      bool transpose_a) {
+  int r = a.rank();
+  if (r < 2 || b.rank() != r || a.dims()[r - 1] != a.dims()[r - 2] || a.dtype() != b.dtype() ||
+      !std::equal(a.dims().begin(), a.dims().end() - 2, b.dims().begin()) ||
+      a.dims()[r - 1] != b.dims()[left_side ? r - 2 : r - 1]) {
+    Fail("triangular_solve: incompatible operands " + a.shape().ToString() + " and " + b.shape().ToString());
+  }
+  Attrs at;
+  at.ints = {{left_side ? 1 : 0, lower ? 1 : 0, unit_diagonal ? 1 : 0, transpose_a ? 1 : 0}};
+  return Make(Op::kTriangularSolve, {a, b}, b.shape(), at);
+}
+
 namespace {
 
 // Dots below this many multiply-adds stay XLA's (a custom call costs a few microseconds).
@@ -451,7 +473,8 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   auto in = [](const std::vector<int64_t>& v, int64_t d) { return std::find(v.begin(), v.end(), d) != v.end(); };
   for (int i = 0; i < a.rank(); ++i) if (!in(lb, i) && !in(lc, i)) dims.push_back(a.dims()[i]);
   for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
-  if (HostKernels() && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
+  // A precision set by the user (set_mat_mul_precision) must reach XLA's dot: host kernels only at DEFAULT.
+  if (HostKernels() && MatMulPrecision() == 0 && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
     int64_t flops = 1;
     for (int64_t d : dims) flops *= d;
     for (int64_t d : lc) flops *= a.dims()[d];

@@ -90,6 +90,8 @@ enum class Op : uint16_t {
   // A host kernel (attrs.s names it, attrs.ints[0] its integer parameters): an XLA FFI custom call
   // to one of ATen's CPU kernels, registered with the CPU plugin (see HostKernels()).
   kHostCall,
+  // linear algebra (attrs: see Cholesky / TriangularSolve)
+  kCholesky, kTriangularSolve,
   kNumOps
 };
 const char* OpName(Op op);
@@ -214,6 +216,14 @@ std::pair<Value, Value> ArgMaxWindow(const Value& x, const std::vector<int64_t>&
 Value SelectAndScatter(const Value& operand, const Value& source, const Value& init,
                        const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
                        const std::vector<int64_t>& padding_lo_hi);
+
+// Cholesky factor of each [..., n, n] matrix of a (float): lower (or upper) triangle; the other
+// triangle of the result is implementation-defined (callers mask it). Not positive-definite: NaNs.
+Value Cholesky(const Value& a, bool lower);
+// Solves op(a) x = b (left_side) or x op(a) = b for x, a triangular [..., n, n] (only its `lower` or
+// upper triangle is read), b [..., m, k] with the same batch dims; op transposes when transpose_a.
+Value TriangularSolve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
+                      bool transpose_a);
 
 // OptimizationBarrier over several values: returns the same values, which XLA may not move
 // computations across.

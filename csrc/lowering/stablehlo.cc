@@ -349,6 +349,15 @@ class Emitter {
       case Op::kNextAfter: Line(n, "chlo.next_after", ""); return;
       case Op::kZeta: Line(n, "chlo.zeta", ""); return;
       case Op::kBitcastConvert: Line(n, "stablehlo.bitcast_convert", ""); return;
+      case Op::kCholesky: Line(n, "stablehlo.cholesky", A.n ? "lower = true" : "lower = false"); return;
+      case Op::kTriangularSolve: {
+        auto flag = [](int64_t v) { return v ? std::string("true") : std::string("false"); };
+        const auto& f = A.ints[0];
+        Line(n, "stablehlo.triangular_solve",
+             "left_side = " + flag(f[0]) + ", lower = " + flag(f[1]) + ", transpose_a = #stablehlo<transpose " +
+                 (f[3] ? "TRANSPOSE" : "NO_TRANSPOSE") + ">, unit_diagonal = " + flag(f[2]));
+        return;
+      }
       case Op::kCompare:
         Line(n, "stablehlo.compare", std::string("comparison_direction = #stablehlo<comparison_direction ") +
                                          DirName(A.n) + ">, compare_type = #stablehlo<comparison_type " +

@@ -17,6 +17,9 @@ const std::vector<OpRow>& OpTable() {
     AddMathRows(*rows);
     AddSpecialRows(*rows);
     AddExtraRows(*rows);
+    AddLinalgRows(*rows);
+    AddBesselRows(*rows);
+    AddHistcRows(*rows);
     WrapLegality(*rows);
     return rows;
   }();

@@ -13,6 +13,9 @@ void AddIndexRows(std::vector<OpRow>& rows);
 void AddMathRows(std::vector<OpRow>& rows);
 void AddSpecialRows(std::vector<OpRow>& rows);
 void AddExtraRows(std::vector<OpRow>& rows);
+void AddLinalgRows(std::vector<OpRow>& rows);
+void AddBesselRows(std::vector<OpRow>& rows);
+void AddHistcRows(std::vector<OpRow>& rows);
 // Eager's legality rules (legality.cc) run before the rows they name.
 void WrapLegality(std::vector<OpRow>& rows);
 // The type eager computes in: reduced-precision floats (bf16/f16) in float32, rounded once per aten

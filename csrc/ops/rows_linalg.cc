@@ -1,0 +1,419 @@
+// Op table rows: linear algebra on StableHLO's cholesky and triangular_solve (XLA expands both):
+// linalg_cholesky_ex (LAPACK's `info`: the order of the first leading minor that is not
+// positive-definite, found by bisection over masked leading blocks), linalg_solve_triangular,
+// triangular_solve, _cholesky_solve_helper (cholesky_solve), cholesky_inverse. float32/float64 only;
+// complex, reduced precision, empty and malformed inputs go to the CPU fallback (eager's errors).
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/rows.h"
+
+namespace txla::ops {
+
+using ir::CompareDir;
+using ir::Op;
+using V = std::vector<Value>;
+
+namespace {
+
+bool LinalgType(DType t) { return t == DType::kF32 || t == DType::kF64; }
+
+// A [..., n, n] float matrix (or batch) eager's kernel accepts; anything else stays on the CPU.
+void RequireSquare(const Value& a) {
+  int r = a.rank();
+  if (r < 2 || a.dims()[r - 1] != a.dims()[r - 2] || !LinalgType(a.dtype())) {
+    throw NotLowered{};
+  }
+}
+
+std::vector<int64_t> BatchOf(const Value& x) { return {x.dims().begin(), x.dims().end() - 2}; }
+
+// x broadcast to batch dims `batch` (its own last two dims kept).
+Value ToBatch(const Value& x, const std::vector<int64_t>& batch) {
+  std::vector<int64_t> dims = batch;
+  dims.push_back(x.dims()[x.rank() - 2]);
+  dims.push_back(x.dims()[x.rank() - 1]);
+  return BroadcastTo(x, dims);
+}
+
+// pred[..., i, j] = i <cmp> j (shape of x, pred).
+Value IndexCompare(const Value& x, CompareDir d) {
+  int r = x.rank();
+  ir::Shape s(DType::kS64, x.dims());
+  return ir::Compare(d, ir::Iota(s, r - 2), ir::Iota(s, r - 1));
+}
+
+// x with the opposite triangle zeroed (lower: keep i >= j).
+Value KeepTriangle(const Value& x, bool lower) {
+  return ir::Select(IndexCompare(x, lower ? CompareDir::kGE : CompareDir::kLE), x, ir::Full(0, x.shape()));
+}
+
+// Per matrix: does the Cholesky factor have a positive diagonal (eager's success criterion)?
+Value DiagonalPositive(const Value& l) {
+  int r = l.rank();
+  Value diag_ok = ir::Select(IndexCompare(l, CompareDir::kEQ),
+                             ir::Compare(CompareDir::kGT, l, ir::Full(0, l.shape())),
+                             ir::Full(1, ir::Shape(DType::kPred, l.dims())));
+  return ir::Reduce(ir::ReduceKind::kAnd, diag_ok, {r - 2, r - 1});
+}
+
+// LAPACK's info of potrf: 0 when the whole factor succeeded, else the order k of the first leading
+// minor that is not positive-definite. ok(p) (the leading p x p block factors) is monotone in p, so
+// a bisection over p finds k: each step factors the matrix with the block beyond p replaced by I.
+Value CholeskyInfo(const Value& a, const Value& full_ok, bool lower) {
+  int r = a.rank();
+  int64_t n = a.dims()[r - 1];
+  std::vector<int64_t> batch = BatchOf(a);
+  ir::Shape bs(DType::kS32, batch);
+  Value lo = ir::Full(0, bs), hi = ir::Full(static_cast<double>(n), bs);
+  ir::Shape is(DType::kS32, a.dims());
+  Value row = ir::Iota(is, r - 2), col = ir::Iota(is, r - 1);
+  std::vector<int64_t> bdims(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) bdims[i] = static_cast<int64_t>(i);
+  Value eye = ir::Select(ir::Compare(CompareDir::kEQ, row, col), ir::Full(1, a.shape()), ir::Full(0, a.shape()));
+  for (int64_t span = n; span > 1; span = (span + 1) / 2) {
+    Value mid = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, lo, hi), ir::Full(2, bs));
+    Value m = ir::BroadcastInDim(mid, a.dims(), bdims);
+    Value inside = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kLT, row, m), ir::Compare(CompareDir::kLT, col, m));
+    Value ok = DiagonalPositive(ir::Cholesky(ir::Select(inside, a, eye), lower));
+    // Only while the bracket is open (hi - lo > 1) does the step move it.
+    Value open = ir::Compare(CompareDir::kGT, ir::Binary(Op::kSub, hi, lo), ir::Full(1, bs));
+    lo = ir::Select(ir::Binary(Op::kAnd, open, ok), mid, lo);
+    hi = ir::Select(ir::Binary(Op::kAnd, open, ir::Unary(Op::kNot, ok)), mid, hi);
+  }
+  return ir::Select(full_ok, ir::Full(0, bs), hi);
+}
+
+// Solves A X = B with A = L L^H (lower) or U^H U (upper), from its factor.
+Value CholeskySolve(const Value& b, const Value& f, bool upper) {
+  if (!upper) {
+    Value y = ir::TriangularSolve(f, b, true, true, false, false);
+    return ir::TriangularSolve(f, y, true, true, false, true);
+  }
+  Value y = ir::TriangularSolve(f, b, true, false, false, true);
+  return ir::TriangularSolve(f, y, true, false, false, false);
+}
+
+
+// ---- LU with partial pivoting (LAPACK getrf's pivot choice: the first row of largest magnitude;
+// a zero pivot column is left unscaled and reported in info), unrolled over the columns: one
+// step per column, so matrices up to kMaxUnrolledLu go through it and larger ones stay on the CPU
+// (compile time grows fast with the unrolling: ~20 s at n = 32 and ~35 s at n = 64 on this machine).
+constexpr int64_t kMaxUnrolledLu = 16;
+
+// x: [B, n, m]; idx: [B, k] (s64) -> rows x[b, idx[b, i], :] as [B, k, m].
+Value GatherRows(const Value& x, const Value& idx) {
+  int64_t b = x.dims()[0], m = x.dims()[2], k = idx.dims()[1];
+  ir::Shape is(DType::kS64, {b, k, 1});
+  Value coords = ir::Concatenate({ir::Iota(is, 0), ir::Reshape(idx, {b, k, 1})}, 2);
+  return ir::Gather(x, coords, {2}, {0, 1}, {0, 1}, 2, {1, 1, m});
+}
+
+struct Lu {
+  Value lu;      // [B, n, n]: L below the diagonal (unit diagonal implied), U on and above
+  Value perm;    // [B, n] s64: row i of P A is row perm[i] of A
+  Value pivots;  // [B, n] s32: LAPACK's 1-based ipiv
+  Value info;    // [B] s32
+};
+
+Lu LuFactor(const Value& a) {  // a: [B, m, n] float
+  int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2];
+  ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
+  Value row_v = ir::Iota(vs, 1);
+  Value row = ir::Iota(ms, 1), col = ir::Iota(ms, 2);
+  Value m = a, perm = row_v;
+  Value info = ir::Full(0, ir::Shape(DType::kS32, {bt}));
+  std::vector<Value> pivots;
+  auto kv = [](double v, const ir::Shape& s) { return ir::Full(v, s); };
+  for (int64_t k = 0; k < std::min(rows, n); ++k) {
+    Value colk = ir::Reshape(ir::Slice(m, {0, 0, k}, {bt, rows, k + 1}, {1, 1, 1}), {bt, rows});
+    Value mag = ir::Unary(Op::kAbs, colk);
+    Value skip = ir::Binary(Op::kOr, ir::Compare(CompareDir::kNE, mag, mag),
+                            ir::Compare(CompareDir::kLT, row_v, kv(static_cast<double>(k), vs)));
+    mag = ir::Select(skip, kv(-1, mag.shape()), mag);
+    Value p = ir::ArgReduce(ir::ArgKind::kArgMax, mag, 1).second;  // [B] s64, first on ties
+    pivots.push_back(ir::Reshape(Cast(ir::Binary(Op::kAdd, p, ir::Full(1, p.shape())), DType::kS32), {bt, 1}));
+    Value pb = ir::BroadcastInDim(p, {bt, rows}, {0});
+    Value kk = kv(static_cast<double>(k), vs);
+    Value swap = ir::Select(ir::Compare(CompareDir::kEQ, row_v, kk), pb,
+                            ir::Select(ir::Compare(CompareDir::kEQ, row_v, pb), kk, row_v));
+    m = GatherRows(m, swap);
+    perm = ir::Reshape(GatherRows(ir::Reshape(perm, {bt, rows, 1}), swap), {bt, rows});
+    Value pivot = ir::Reshape(ir::Slice(m, {0, k, k}, {bt, k + 1, k + 1}, {1, 1, 1}), {bt});
+    Value nz = ir::Compare(CompareDir::kNE, pivot, ir::Full(0, pivot.shape()));
+    info = ir::Select(ir::Binary(Op::kAnd, ir::Unary(Op::kNot, nz),
+                                 ir::Compare(CompareDir::kEQ, info, ir::Full(0, info.shape()))),
+                      ir::Full(static_cast<double>(k + 1), info.shape()), info);
+    colk = ir::Reshape(ir::Slice(m, {0, 0, k}, {bt, rows, k + 1}, {1, 1, 1}), {bt, rows});
+    // getrf2 scales by the reciprocal of the pivot (divides only below the smallest normal).
+    double tiny = a.dtype() == DType::kF64 ? 2.2250738585072014e-308 : 1.1754943508222875e-38;
+    Value pv = ir::BroadcastInDim(pivot, {bt, rows}, {0});
+    Value recip = ir::Binary(Op::kMul, colk, ir::Binary(Op::kDiv, ir::Full(1, pv.shape()), pv));
+    Value normal = ir::Compare(CompareDir::kGE, ir::Unary(Op::kAbs, pv), ir::Full(tiny, pv.shape()));
+    Value l = ir::Select(ir::BroadcastInDim(nz, {bt, rows}, {0}),
+                         ir::Select(normal, recip, ir::Binary(Op::kDiv, colk, pv)), colk);
+    Value rowk = ir::Reshape(ir::Slice(m, {0, k, 0}, {bt, k + 1, n}, {1, 1, 1}), {bt, n});
+    Value lb = ir::BroadcastInDim(l, {bt, rows, n}, {0, 1});
+    Value outer = ir::Binary(Op::kMul, lb, ir::BroadcastInDim(rowk, {bt, rows, n}, {0, 2}));
+    Value below = ir::Compare(CompareDir::kGT, row, ir::Full(static_cast<double>(k), ms));
+    Value right = ir::Compare(CompareDir::kGT, col, ir::Full(static_cast<double>(k), ms));
+    Value atk = ir::Compare(CompareDir::kEQ, col, ir::Full(static_cast<double>(k), ms));
+    m = ir::Select(ir::Binary(Op::kAnd, below, right), ir::Binary(Op::kSub, m, outer), m);
+    m = ir::Select(ir::Binary(Op::kAnd, below, atk), lb, m);
+  }
+  return {m, perm, ir::Concatenate(pivots, 1), info};
+}
+
+// [..., n, n] -> [B, n, n] and back.
+Value FlattenBatch(const Value& x) {
+  int r = x.rank();
+  return ir::Reshape(x, {ProductOf(BatchOf(x)), x.dims()[r - 2], x.dims()[r - 1]});
+}
+std::vector<int64_t> With(std::vector<int64_t> batch, std::initializer_list<int64_t> tail) {
+  batch.insert(batch.end(), tail);
+  return batch;
+}
+
+// Square float matrices of a size the unrolled LU takes.
+void RequireLu(const Value& a, bool allow_empty = false) {
+  RequireSquare(a);
+  if (a.dims()[a.rank() - 1] > kMaxUnrolledLu || (!allow_empty && a.shape().numel() == 0)) throw NotLowered{};
+}
+
+// X = A^-1 B (B: [B, n, k]) from A's LU.
+Value LuSolve(const Lu& f, const Value& b) {
+  Value pb = GatherRows(b, f.perm);
+  Value y = ir::TriangularSolve(f.lu, pb, true, true, true, false);
+  return ir::TriangularSolve(f.lu, y, true, false, false, false);
+}
+
+// X = A^-T B from A's LU (A^T = U^T L^T P): X = P^T (L^-T (U^-T B)).
+Value LuSolveTransposed(const Lu& f, const Value& b) {
+  Value y = ir::TriangularSolve(f.lu, b, true, false, false, true);
+  Value z = ir::TriangularSolve(f.lu, y, true, true, true, true);
+  // (P^T z)[perm[i]] = z[i]: gather with the inverse permutation.
+  int64_t bt = z.dims()[0], n = z.dims()[1];
+  ir::Shape is(DType::kS64, {bt, n, 1});
+  Value coords = ir::Concatenate({ir::Iota(is, 0), ir::Reshape(f.perm, {bt, n, 1})}, 2);
+  Value inv = ir::Scatter(ir::Full(0, ir::Shape(DType::kS64, {bt, n})), coords, ir::Iota(ir::Shape(DType::kS64, {bt, n}), 1),
+                          {}, {0, 1}, {0, 1}, 2, 0);
+  return GatherRows(z, inv);
+}
+
+// The permutation (row i of P A is row perm[i] of A) of LAPACK pivots [B, n] (1-based, s32).
+Value PermOfPivots(const Value& pivots) {
+  int64_t bt = pivots.dims()[0], n = pivots.dims()[1];
+  ir::Shape vs(DType::kS64, {bt, n});
+  Value row_v = ir::Iota(vs, 1), perm = row_v;
+  for (int64_t k = 0; k < n; ++k) {
+    Value p = ir::Binary(Op::kSub, Cast(ir::Reshape(ir::Slice(pivots, {0, k}, {bt, k + 1}, {1, 1}), {bt}), DType::kS64),
+                         ir::Full(1, ir::Shape(DType::kS64, {bt})));
+    Value pb = ir::BroadcastInDim(p, {bt, n}, {0});
+    Value kk = ir::Full(static_cast<double>(k), vs);
+    Value swap = ir::Select(ir::Compare(CompareDir::kEQ, row_v, kk), pb,
+                            ir::Select(ir::Compare(CompareDir::kEQ, row_v, pb), kk, row_v));
+    perm = ir::Reshape(GatherRows(ir::Reshape(perm, {bt, n, 1}), swap), {bt, n});
+  }
+  return perm;
+}
+
+// The diagonal of each matrix (det = prod(diag U), negated for an odd number of row swaps).
+Value DiagOf(const Value& lu) {  // [B, n, n] -> [B, n]
+  Value eq = ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, lu.dims()), 1),
+                         ir::Iota(ir::Shape(DType::kS64, lu.dims()), 2));
+  return ir::Reduce(ir::ReduceKind::kSum, ir::Select(eq, lu, ir::Full(0, lu.shape())), {2});
+}
+Value OddSwaps(const Value& pivots) {  // [B] pred
+  int64_t bt = pivots.dims()[0], n = pivots.dims()[1];
+  Value k1 = ir::Binary(Op::kAdd, ir::Iota(ir::Shape(DType::kS32, {bt, n}), 1), ir::Full(1, ir::Shape(DType::kS32, {bt, n})));
+  Value swaps = ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, pivots, k1), DType::kS32), {1});
+  return ir::Compare(CompareDir::kEQ, ir::Binary(Op::kRem, swaps, ir::Full(2, swaps.shape())), ir::Full(1, swaps.shape()));
+}
+Value MatT(const Value& x) {
+  int r = x.rank();
+  std::vector<int64_t> perm(r);
+  for (int i = 0; i < r; ++i) perm[i] = i;
+  std::swap(perm[r - 1], perm[r - 2]);
+  return ir::Transpose(x, perm);
+}
+
+}  // namespace
+
+void AddLinalgRows(std::vector<OpRow>& rows) {
+  rows.push_back({"linalg_cholesky_ex", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    bool upper = a.Bool(1);
+    if (a.Bool(2)) throw NotLowered{};  // check_errors: eager's kernel raises from the host
+    RequireSquare(x);
+    if (x.shape().numel() == 0) return {ir::Full(0, x.shape()), ir::Full(0, ir::Shape(DType::kS32, BatchOf(x)))};
+    Value l = ir::Cholesky(x, !upper);
+    Value ok = DiagonalPositive(l);
+    Value info = CholeskyInfo(x, ok, !upper);
+    return {KeepTriangle(l, !upper), info};
+  }});
+  rows.push_back({"linalg_solve_triangular", [](OpArgs& a) -> V {
+    Value A = a.V(0), B = a.V(1);
+    bool upper = a.Bool(2), left = a.Bool(3, true), unit = a.Bool(4);
+    RequireSquare(A);
+    if (B.rank() < 2 || B.dtype() != A.dtype()) throw NotLowered{};
+    int64_t n = A.dims()[A.rank() - 1];
+    if (B.dims()[B.rank() - (left ? 2 : 1)] != n) throw NotLowered{};
+    auto batch = BroadcastShapes(BatchOf(A), BatchOf(B));
+    if (ProductOf(batch) * B.shape().numel() == 0 || A.shape().numel() == 0) {
+      auto dims = batch;
+      dims.push_back(B.dims()[B.rank() - 2]);
+      dims.push_back(B.dims()[B.rank() - 1]);
+      return {ir::Full(0, ir::Shape(B.dtype(), dims))};
+    }
+    return {ir::TriangularSolve(ToBatch(A, batch), ToBatch(B, batch), left, !upper, unit, false)};
+  }});
+  rows.push_back({"triangular_solve", [](OpArgs& a) -> V {
+    Value B = a.V(0), A = a.V(1);
+    bool upper = a.Bool(2, true), transpose = a.Bool(3), unit = a.Bool(4);
+    RequireSquare(A);
+    if (B.rank() < 2 || B.dtype() != A.dtype()) throw NotLowered{};
+    if (B.dims()[B.rank() - 2] != A.dims()[A.rank() - 1]) throw NotLowered{};
+    auto batch = BroadcastShapes(BatchOf(A), BatchOf(B));
+    Value Ab = ToBatch(A, batch);
+    if (Ab.shape().numel() == 0 || ProductOf(batch) * B.shape().numel() == 0) {
+      auto dims = batch;
+      dims.push_back(B.dims()[B.rank() - 2]);
+      dims.push_back(B.dims()[B.rank() - 1]);
+      return {ir::Full(0, ir::Shape(B.dtype(), dims)), Ab};
+    }
+    return {ir::TriangularSolve(Ab, ToBatch(B, batch), true, !upper, unit, transpose), Ab};
+  }});
+  rows.push_back({"_cholesky_solve_helper", [](OpArgs& a) -> V {
+    Value B = a.V(0), F = a.V(1);
+    bool upper = a.Bool(2);
+    RequireSquare(F);
+    if (B.rank() != F.rank() || B.dtype() != F.dtype() || BatchOf(B) != BatchOf(F) ||
+        B.dims()[B.rank() - 2] != F.dims()[F.rank() - 1]) {
+      throw NotLowered{};
+    }
+    if (B.shape().numel() == 0 || F.shape().numel() == 0) return {ir::Full(0, B.shape())};
+    return {CholeskySolve(B, F, upper)};
+  }});
+
+  rows.push_back({"linalg_lu_factor_ex", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (!a.Bool(1, true) || a.Bool(2)) throw NotLowered{};  // pivot=False / check_errors: the CPU's
+    int r = x.rank();
+    if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
+    int64_t rows = x.dims()[r - 2], n = x.dims()[r - 1], k = std::min(rows, n);
+    if (std::max(rows, n) > kMaxUnrolledLu) throw NotLowered{};
+    auto batch = BatchOf(x);
+    if (x.shape().numel() == 0) {
+      return {ir::Full(0, x.shape()), ir::Full(1, ir::Shape(DType::kS32, With(batch, {k}))),
+              ir::Full(0, ir::Shape(DType::kS32, batch))};
+    }
+    Lu f = LuFactor(ir::Reshape(x, {ProductOf(batch), rows, n}));
+    return {ir::Reshape(f.lu, x.dims()), ir::Reshape(f.pivots, With(batch, {k})), ir::Reshape(f.info, batch)};
+  }});
+  rows.push_back({"linalg_inv_ex", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    if (a.Bool(1)) throw NotLowered{};
+    RequireLu(x, true);
+    if (x.shape().numel() == 0) return {ir::Full(0, x.shape()), ir::Full(0, ir::Shape(DType::kS32, BatchOf(x)))};
+    Value xf = FlattenBatch(x);
+    Lu f = LuFactor(xf);
+    Value eye = ir::Select(ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, xf.dims()), 1),
+                                       ir::Iota(ir::Shape(DType::kS64, xf.dims()), 2)),
+                           ir::Full(1, xf.shape()), ir::Full(0, xf.shape()));
+    return {ir::Reshape(LuSolve(f, eye), x.dims()), ir::Reshape(f.info, BatchOf(x))};
+  }});
+  // det: eager factors A^T (contiguous A; XLA tensors always are), and returns that LU.
+  // _linalg_slogdet stays on the CPU: for an exactly singular matrix LAPACK's rounding may give an
+  // exact zero pivot (sign 0, logabsdet -inf) where this LU's rounding leaves ~1e-16.
+  rows.push_back({"_linalg_det", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    RequireLu(x, true);
+    auto batch = BatchOf(x);
+    int64_t n = x.dims()[x.rank() - 1];
+    if (x.shape().numel() == 0) {  // det of a 0 x 0 matrix is 1
+      return {ir::Full(1, ir::Shape(x.dtype(), batch)), ir::Full(0, x.shape()),
+              ir::Full(1, ir::Shape(DType::kS32, With(batch, {n})))};
+    }
+    Lu f = LuFactor(FlattenBatch(MatT(x)));
+    Value det = ir::Reduce(ir::ReduceKind::kProd, DiagOf(f.lu), {1});
+    det = ir::Select(OddSwaps(f.pivots), ir::Unary(Op::kNeg, det), det);
+    return {ir::Reshape(det, batch), ir::Reshape(f.lu, x.dims()), ir::Reshape(f.pivots, With(batch, {n}))};
+  }});
+  // _linalg_solve_ex(A, B, left, check_errors) -> (result, LU, pivots, info); LU is A's.
+  rows.push_back({"_linalg_solve_ex", [](OpArgs& a) -> V {
+    Value A = a.V(0), B = a.V(1);
+    bool left = a.Bool(2, true);
+    if (a.Bool(3)) throw NotLowered{};
+    RequireLu(A, true);
+    if (B.dtype() != A.dtype() || B.rank() < 1) throw NotLowered{};
+    int64_t n = A.dims()[A.rank() - 1];
+    auto abatch = BatchOf(A);
+    // eager's vector case: B is [n] or A's batch + [n]
+    std::vector<int64_t> vec_dims = abatch;
+    vec_dims.push_back(n);
+    bool vector = B.rank() == 1 || (B.rank() == A.rank() - 1 && B.dims() == vec_dims);
+    if (vector && !left) throw NotLowered{};  // eager's error
+    Value b = vector ? ir::Reshape(B, With(B.rank() == 1 ? std::vector<int64_t>{} : std::vector<int64_t>(B.dims().begin(), B.dims().end() - 1), {n, 1})) : B;
+    if (b.rank() < 2 || b.dims()[b.rank() - (left ? 2 : 1)] != n) throw NotLowered{};
+    auto batch = BroadcastShapes(abatch, BatchOf(b));
+    Value Ab = ToBatch(A, batch);
+    if (Ab.shape().numel() == 0 || ProductOf(batch) * b.shape().numel() == 0) {
+      std::vector<int64_t> rd = With(batch, {b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]});
+      Value r = ir::Full(0, ir::Shape(B.dtype(), vector ? With(batch, {n}) : rd));
+      return {r, ir::Full(0, Ab.shape()), ir::Full(1, ir::Shape(DType::kS32, With(batch, {n}))),
+              ir::Full(0, ir::Shape(DType::kS32, batch))};
+    }
+    Value af = FlattenBatch(Ab);
+    Lu f = LuFactor(af);
+    Value bb = FlattenBatch(ToBatch(b, batch));
+    Value r = left ? LuSolve(f, bb) : MatT(LuSolveTransposed(f, MatT(bb)));
+    std::vector<int64_t> rdims = batch;
+    rdims.push_back(b.dims()[b.rank() - 2]);
+    rdims.push_back(b.dims()[b.rank() - 1]);
+    r = ir::Reshape(r, rdims);
+    if (vector) r = ir::Reshape(r, With(batch, {n}));
+    return {r, ir::Reshape(f.lu, With(batch, {n, n})), ir::Reshape(f.pivots, With(batch, {n})), ir::Reshape(f.info, batch)};
+  }});
+  // linalg_lu_solve(LU, pivots, B, left, adjoint)
+  rows.push_back({"linalg_lu_solve", [](OpArgs& a) -> V {
+    Value LU = a.V(0), piv = a.V(1), B = a.V(2);
+    bool left = a.Bool(3, true), adjoint = a.Bool(4);
+    RequireLu(LU, true);
+    if (B.dtype() != LU.dtype() || B.rank() < 2 || piv.dtype() != DType::kS32 || BatchOf(LU) != BatchOf(B) ||
+        std::vector<int64_t>(piv.dims().begin(), piv.dims().end() - 1) != BatchOf(LU)) {
+      throw NotLowered{};
+    }
+    int64_t n = LU.dims()[LU.rank() - 1];
+    if (B.dims()[B.rank() - (left ? 2 : 1)] != n) throw NotLowered{};
+    if (B.shape().numel() == 0 || LU.shape().numel() == 0) return {ir::Full(0, B.shape())};
+    Lu f;
+    f.lu = FlattenBatch(LU);
+    f.pivots = ir::Reshape(piv, {f.lu.dims()[0], n});
+    f.perm = PermOfPivots(f.pivots);
+    Value b = FlattenBatch(B);
+    // left: A X = B (or A^T X = B); right: X A = B <=> A^T X^T = B^T (or X A^T = B <=> A X^T = B^T).
+    Value r;
+    if (left) {
+      r = adjoint ? LuSolveTransposed(f, b) : LuSolve(f, b);
+    } else {
+      r = MatT(adjoint ? LuSolve(f, MatT(b)) : LuSolveTransposed(f, MatT(b)));
+    }
+    return {ir::Reshape(r, B.dims())};
+  }});
+  rows.push_back({"cholesky_inverse", [](OpArgs& a) -> V {
+    Value F = a.V(0);
+    bool upper = a.Bool(1);
+    RequireSquare(F);
+    if (F.shape().numel() == 0) return {ir::Full(0, F.shape())};
+    int r = F.rank();
+    Value eye = ir::Select(IndexCompare(F, CompareDir::kEQ), ir::Full(1, F.shape()), ir::Full(0, F.shape()));
+    Value inv = CholeskySolve(eye, F, upper);
+    // Eager's result is exactly symmetric (LAPACK's potri fills one triangle, torch mirrors it).
+    std::vector<int64_t> perm(r);
+    for (int i = 0; i < r; ++i) perm[i] = i;
+    std::swap(perm[r - 1], perm[r - 2]);
+    return {ir::Select(IndexCompare(F, CompareDir::kGE), inv, ir::Transpose(inv, perm))};
+  }});
+}
+
+}  // namespace txla::ops
