@@ -217,13 +217,10 @@ Value PermOfPivots(const Value& pivots) {
   return perm;
 }
 
-// det of each matrix from its LU: prod(diag U), negated for an odd number of row swaps.
+// The diagonal of each matrix (det = prod(diag U), negated for an odd number of row swaps).
 Value DiagOf(const Value& lu) {  // [B, n, n] -> [B, n]
-  int64_t bt = lu.dims()[0], n = lu.dims()[1];
   Value eq = ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, lu.dims()), 1),
                          ir::Iota(ir::Shape(DType::kS64, lu.dims()), 2));
-  (void)bt;
-  (void)n;
   return ir::Reduce(ir::ReduceKind::kSum, ir::Select(eq, lu, ir::Full(0, lu.shape())), {2});
 }
 Value OddSwaps(const Value& pivots) {  // [B] pred
