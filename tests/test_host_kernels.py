@@ -19,7 +19,16 @@ from torch_xla import _C
 DEV = torch_xla.device()
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = pytest.mark.skipif(not _C._host_kernels(), reason="this build or plugin has no host kernels")
+pytestmark = pytest.mark.skipif(not any(_C._host_kernels()), reason="this build or plugin has no host kernels")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _dots_and_convs():
+    """Both kinds on for these tests (the default is convolutions only)."""
+    before = _C._host_kernels()
+    _C._set_host_kernels(True, True)
+    yield
+    _C._set_host_kernels(*before)
 
 
 def _hlo(t):
@@ -139,7 +148,7 @@ def test_disabled_by_env_gives_xla_ops_and_same_values():
         "d = torch_xla.device(); torch.manual_seed(0)\n"
         "a, b = torch.randn(64, 64), torch.randn(64, 64)\n"
         "r = a.to(d) @ b.to(d)\n"
-        "assert not _C._host_kernels()\n"
+        "assert _C._host_kernels() == (False, False)\n"
         "assert 'txla_aten' not in X._get_xla_tensors_hlo([r])\n"
         "torch.testing.assert_close(r.cpu(), a @ b)\n"
         "print('ok')\n")
@@ -157,9 +166,37 @@ def test_spmd_graphs_keep_xla_dots_even_when_use_spmd_comes_first():
         "d = torch_xla.device(); torch.manual_seed(0)\n"
         "a, b = torch.randn(64, 64), torch.randn(64, 64)\n"
         "r = a.to(d) @ b.to(d)\n"
-        "assert not _C._host_kernels()\n"
+        "assert _C._host_kernels() == (False, False)\n"
         "assert 'txla_aten' not in X._get_xla_tensors_hlo([r])\n"
         "torch.testing.assert_close(r.cpu(), a @ b)\n"
         "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_default_is_convolutions_only_and_a_bad_kind_is_refused():
+    code = (
+        "import torch, torch_xla\n"
+        "from torch_xla import _C\n"
+        "assert _C._host_kernels() == (False, True), _C._host_kernels()\n"
+        "print('ok')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_XLA_HOST_KERNELS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+    bad = "import torch, torch_xla\ntorch.zeros(2).to(torch_xla.device())\n"
+    out = subprocess.run([sys.executable, "-c", bad], env=dict(env, TORCH_XLA_HOST_KERNELS="gemm"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "TORCH_XLA_HOST_KERNELS: unknown kind 'gemm'" in out.stderr, out.stderr[-2000:]
+
+
+def test_export_is_portable_stablehlo():
+    from torch_xla.stablehlo import exported_program_to_stablehlo
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5))
+    x = torch.randn(2, 3, 8, 8)
+    shlo = exported_program_to_stablehlo(torch.export.export(m, (x,)))
+    text = shlo.get_stablehlo_text()
+    assert "txla_aten" not in text and "convolution" in text
+    assert _C._host_kernels() == (True, True)  # restored
+    got = shlo(x)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    torch.testing.assert_close(got.cpu(), m(x), rtol=1e-4, atol=1e-5)

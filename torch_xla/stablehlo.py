@@ -282,7 +282,20 @@ def _example_inputs(exported_model, options: StableHLOExportOptions):
 
 def exported_program_to_stablehlo(exported_model, options: Optional[StableHLOExportOptions] = None
                                   ) -> StableHLOGraphModule:
-    """Lowers a ``torch.export.ExportedProgram`` to a :class:`StableHLOGraphModule`."""
+    """Lowers a ``torch.export.ExportedProgram`` to a :class:`StableHLOGraphModule`.
+
+    The program is portable StableHLO: host kernels (this process's ATen CPU custom calls, see the
+    README) are off while it is traced."""
+    from torch_xla import _C
+    kinds = _C._host_kernels()
+    _C._set_host_kernels(False, False)
+    try:
+        return _exported_program_to_stablehlo(exported_model, options)
+    finally:
+        _C._set_host_kernels(*kinds)
+
+
+def _exported_program_to_stablehlo(exported_model, options):
     from torch.export import ExportedProgram
     from torch.export.graph_signature import InputKind, OutputKind
     from torch_xla import _C

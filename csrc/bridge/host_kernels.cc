@@ -14,6 +14,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -200,10 +201,37 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
   }
 }
 
-bool EnabledByEnv() {
+// TORCH_XLA_HOST_KERNELS: "conv" (default: convolutions only), "dot", "conv,dot" or "1"/"all" (both),
+// "0"/"none" (none; handlers not even registered).
+struct Kinds {
+  bool dots = false, convs = false;
+};
+Kinds KindsFromEnv() {
   const char* v = std::getenv("TORCH_XLA_HOST_KERNELS");
-  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0 && std::strcmp(v, "False") != 0);
+  std::string s = v ? v : "conv";
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  Kinds k;
+  if (s == "1" || s == "all" || s == "true") return {true, true};
+  if (s == "0" || s == "none" || s == "false" || s.empty()) return k;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t e = s.find(',', pos);
+    std::string w = s.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
+    if (w == "dot" || w == "dots") {
+      k.dots = true;
+    } else if (w == "conv" || w == "convs") {
+      k.convs = true;
+    } else if (!w.empty()) {
+      throw std::invalid_argument("TORCH_XLA_HOST_KERNELS: unknown kind '" + w +
+                                  "' (expected conv, dot, all or 0, or a comma-separated list)");
+    }
+    if (e == std::string::npos) break;
+    pos = e + 1;
+  }
+  return k;
 }
+
+bool g_registered = false;
 
 }  // namespace
 
@@ -211,7 +239,8 @@ bool EnabledByEnv() {
 // Registration is per plugin library (XLA's handler registry is static there), so a later client of
 // the same plugin reuses it. A plugin that refuses is used without host kernels, with a warning.
 void RegisterHostKernels(runtime::Client& client) {
-  if (!EnabledByEnv() || client.PlatformName() != "cpu") return;
+  Kinds kinds = KindsFromEnv();
+  if ((!kinds.dots && !kinds.convs) || client.PlatformName() != "cpu") return;
   static std::set<const void*> registered;
   if (!registered.count(client.api())) {
     struct Entry {
@@ -230,8 +259,18 @@ void RegisterHostKernels(runtime::Client& client) {
     }
     registered.insert(client.api());
   }
+  g_registered = true;
   // SPMD graphs keep XLA's dots (use_spmd() may come before the client starts).
-  ir::SetHostKernels(!graph::spmd::Enabled());
+  if (!graph::spmd::Enabled()) ir::SetHostKernels(kinds.dots, kinds.convs);
+}
+
+// Switches the kinds for graphs traced from now on (tests, export); only where registered.
+void SetHostKernelKinds(bool dots, bool convs) {
+  if (!g_registered || graph::spmd::Enabled()) {
+    ir::SetHostKernels(false, false);
+    return;
+  }
+  ir::SetHostKernels(dots, convs);
 }
 
 }  // namespace txla::bridge
@@ -242,6 +281,7 @@ void RegisterHostKernels(runtime::Client& client) {
 
 namespace txla::bridge {
 void RegisterHostKernels(runtime::Client&) {}
+void SetHostKernelKinds(bool, bool) {}
 }  // namespace txla::bridge
 
 #endif

@@ -25,6 +25,7 @@ namespace txla::bridge {
 void RegisterSpmdBindings(py::module& m);  // spmd_py.cc
 void RegisterDynamoBindings(py::module& m);  // dynamo_py.cc
 void RegisterHostKernels(runtime::Client& client);  // host_kernels.cc
+void SetHostKernelKinds(bool dots, bool convs);     // host_kernels.cc
 }
 
 namespace {
@@ -219,7 +220,11 @@ PYBIND11_MODULE(_C, m) {
   // with the FFI extension, TORCH_XLA_HOST_KERNELS not 0, not SPMD). Starts the client.
   m.def("_host_kernels", []() {
     graph::GetClient();
-    return ir::HostKernels();
+    return py::make_tuple(ir::HostDots(), ir::HostConvs());
+  });
+  m.def("_set_host_kernels", [](bool dots, bool convs) {
+    graph::GetClient();
+    bridge::SetHostKernelKinds(dots, convs);
   });
   m.def("_device_count", &graph::DeviceCount);
   m.def("_check_device", &graph::CheckDevice);

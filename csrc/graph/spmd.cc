@@ -166,7 +166,7 @@ void Enable() {
   ForgetCachedScalars();  // single-device buffers; re-uploaded replicated on next use
   ClearCompileCache();
   // Host kernels are single-device custom calls XLA's partitioner could only replicate.
-  ir::SetHostKernels(false);
+  ir::SetHostKernels(false, false);
   g_enabled = true;
 }
 

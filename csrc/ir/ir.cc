@@ -474,7 +474,7 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   for (int i = 0; i < a.rank(); ++i) if (!in(lb, i) && !in(lc, i)) dims.push_back(a.dims()[i]);
   for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
   // A precision set by the user (set_mat_mul_precision) must reach XLA's dot: host kernels only at DEFAULT.
-  if (HostKernels() && MatMulPrecision() == 0 && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
+  if (HostDots() && MatMulPrecision() == 0 && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
     int64_t flops = 1;
     for (int64_t d : dims) flops *= d;
     for (int64_t d : lc) flops *= a.dims()[d];
@@ -487,11 +487,16 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
 }
 
 namespace {
-std::atomic<bool> g_host_kernels{false};
+std::atomic<bool> g_host_dots{false}, g_host_convs{false};
 }  // namespace
 
-void SetHostKernels(bool enabled) { g_host_kernels.store(enabled); }
-bool HostKernels() { return g_host_kernels.load(std::memory_order_relaxed); }
+void SetHostKernels(bool dots, bool convs) {
+  g_host_dots.store(dots);
+  g_host_convs.store(convs);
+}
+bool HostDots() { return g_host_dots.load(std::memory_order_relaxed); }
+bool HostConvs() { return g_host_convs.load(std::memory_order_relaxed); }
+bool HostKernels() { return HostDots() || HostConvs(); }
 std::string HostKernelTarget(const std::string& kernel) { return "txla_aten_" + kernel; }
 
 std::vector<Value> HostCall(const std::string& kernel, const std::vector<Value>& operands, std::vector<Shape> shapes,

@@ -257,8 +257,11 @@ int MatMulPrecision();
 // while XLA fuses everything around them. Enabled once the bridge has registered the handlers with
 // the client (never on other platforms); builders below then emit kHostCall nodes, which are part
 // of the graph hash like any node.
-void SetHostKernels(bool enabled);
-bool HostKernels();
+// Two kinds, switched separately: dots (HostDots) and convolutions (HostConvs).
+void SetHostKernels(bool dots, bool convs);
+bool HostDots();
+bool HostConvs();
+bool HostKernels();  // either kind
 // The custom-call target of host kernel `kernel` ("dot", "conv", "conv_bwd").
 std::string HostKernelTarget(const std::string& kernel);
 // A host-kernel call with explicit result shapes; returns one value per shape.

@@ -441,7 +441,7 @@ V BatchNormBackward(const Value& g_in, const Value& x, std::optional<Value> w, s
 // DEFAULT mat mul precision: a precision the user set must reach XLA's convolution (issue #8).
 bool UseHostConv(const Value& x, const Value& w) {
   DType t = x.dtype();
-  return ir::HostKernels() && ir::MatMulPrecision() == 0 && w.dtype() == t && (t == DType::kF32 || t == DType::kF64 || t == DType::kBF16);
+  return ir::HostConvs() && ir::MatMulPrecision() == 0 && w.dtype() == t && (t == DType::kF32 || t == DType::kF64 || t == DType::kBF16);
 }
 
 std::vector<int64_t> HostConvParams(const ConvParams& p, bool transposed) {
