@@ -38,34 +38,14 @@ loss.item()
 """
 
 JAX = r"""
-import jax, jax.numpy as jnp
-def init(key, sizes):
-    ps = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        k1, k2, key = jax.random.split(key, 3)
-        ps.append((jax.random.normal(k1, (b, a)) * a ** -0.5, jnp.zeros((b,))))
-    return ps
-def loss_fn(ps, x, y):
-    h = x
-    for i, (w, b) in enumerate(ps):
-        h = h @ w.T + b
-        if i < len(ps) - 1:
-            h = jax.nn.relu(h)
-    logp = jax.nn.log_softmax(h)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], 1))
-def step(ps, bufs, x, y):
-    loss, g = jax.value_and_grad(loss_fn)(ps, x, y)
-    bufs = jax.tree_util.tree_map(lambda b, gi: 0.9 * b + gi, bufs, g)
-    ps = jax.tree_util.tree_map(lambda p, b: p - 0.01 * b, ps, bufs)
-    return ps, bufs, loss
-ps = init(jax.random.PRNGKey(0), [784, 1024, 1024, 10])
-bufs = jax.tree_util.tree_map(jnp.zeros_like, ps)
-x = jax.random.normal(jax.random.PRNGKey(1), (128, 784)); y = jax.random.randint(jax.random.PRNGKey(2), (128,), 0, 10)
-f = jax.jit(step, donate_argnums=(0, 1))
+import sys
+sys.path.insert(0, {bench!r})
+from jax_mlp_step import make
+f, ps, bufs, x, y = make()
 for _ in range(3):
     ps, bufs, loss = f(ps, bufs, x, y)
 float(loss)
-"""
+""".format(bench=HERE)
 
 CONFIGS = [
     ("ours (XLA dots)", OURS, {"TORCH_XLA_HOST_KERNELS": "0"}, "SyncTensorsGraph"),

@@ -109,31 +109,12 @@ print("RESULT " + json.dumps(out))
 # The MLP step in JAX (jax.jit on jaxlib's own XLA:CPU, parameters and momentum donated): the
 # `jax` configuration (MLP only). host ms = dispatch of one jitted step with the device idle.
 JAX_CHILD = r"""
-import json, time, resource
-import jax, jax.numpy as jnp
+import json, sys, time, resource
+import jax
+sys.path.insert(0, {bench!r})
+from jax_mlp_step import make
 steps, warmup = {steps}, {warmup}
-def init(key, sizes):
-    ps = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        k1, key = jax.random.split(key)
-        ps.append((jax.random.normal(k1, (b, a)) * a ** -0.5, jnp.zeros((b,))))
-    return ps
-def loss_fn(ps, x, y):
-    h = x
-    for i, (w, b) in enumerate(ps):
-        h = h @ w.T + b
-        if i < len(ps) - 1:
-            h = jax.nn.relu(h)
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], 1))
-def step(ps, bufs, x, y):
-    loss, g = jax.value_and_grad(loss_fn)(ps, x, y)
-    bufs = jax.tree_util.tree_map(lambda b, gi: 0.9 * b + gi, bufs, g)
-    ps = jax.tree_util.tree_map(lambda p, b: p - 0.01 * b, ps, bufs)
-    return ps, bufs, loss
-ps = init(jax.random.PRNGKey(0), [784, 1024, 1024, 10])
-bufs = jax.tree_util.tree_map(jnp.zeros_like, ps)
-x = jax.random.normal(jax.random.PRNGKey(1), (128, 784)); y = jax.random.randint(jax.random.PRNGKey(2), (128,), 0, 10)
-f = jax.jit(step, donate_argnums=(0, 1))
+f, ps, bufs, x, y = make()
 for _ in range(warmup):
     ps, bufs, loss = f(ps, bufs, x, y)
 loss.block_until_ready()
@@ -168,7 +149,7 @@ def run_child(model, name, env, steps, warmup):
     if name == "jax":
         if model != "mlp":
             return {"error": "the jax configuration runs the MLP only"}
-        code = JAX_CHILD.format(steps=steps, warmup=warmup)
+        code = JAX_CHILD.format(bench=HERE, steps=steps, warmup=warmup)
     else:
         code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, model=model, steps=steps,
                             warmup=warmup)

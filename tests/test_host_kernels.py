@@ -141,51 +141,41 @@ def test_conv_bf16_and_weight_only_gradient():
     torch.testing.assert_close(wd.grad.cpu().float(), w.grad.float(), rtol=2e-2, atol=1e-1)
 
 
-def test_disabled_by_env_gives_xla_ops_and_same_values():
-    code = (
-        "import torch, torch_xla, torch_xla._XLAC as X\n"
-        "from torch_xla import _C\n"
-        "d = torch_xla.device(); torch.manual_seed(0)\n"
-        "a, b = torch.randn(64, 64), torch.randn(64, 64)\n"
-        "r = a.to(d) @ b.to(d)\n"
-        "assert _C._host_kernels() == (False, False)\n"
-        "assert 'txla_aten' not in X._get_xla_tensors_hlo([r])\n"
-        "torch.testing.assert_close(r.cpu(), a @ b)\n"
-        "print('ok')\n")
-    env = dict(os.environ, TORCH_XLA_HOST_KERNELS="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+_HEADER = "import torch, torch_xla, torch_xla._XLAC as X\nfrom torch_xla import _C\n"
+# A 64x64 matmul that must stay XLA's dot_general, with eager's values.
+_XLA_DOT = (
+    "d = torch_xla.device(); torch.manual_seed(0)\n"
+    "a, b = torch.randn(64, 64), torch.randn(64, 64)\n"
+    "r = a.to(d) @ b.to(d)\n"
+    "assert _C._host_kernels() == (False, False), _C._host_kernels()\n"
+    "assert 'txla_aten' not in X._get_xla_tensors_hlo([r])\n"
+    "torch.testing.assert_close(r.cpu(), a @ b)\n")
+
+
+def _run(code, **env_changes):
+    """Runs code in a fresh process (TORCH_XLA_HOST_KERNELS unset unless given); returns it."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_XLA_HOST_KERNELS"}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, "-c", code + "print('ok')\n"], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _assert_ok(out):
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_disabled_by_env_gives_xla_ops_and_same_values():
+    _assert_ok(_run(_HEADER + _XLA_DOT, TORCH_XLA_HOST_KERNELS="0"))
 
 
 def test_spmd_graphs_keep_xla_dots_even_when_use_spmd_comes_first():
-    code = (
-        "import torch, torch_xla, torch_xla.runtime as xr\n"
-        "xr.use_spmd()\n"
-        "from torch_xla import _C\n"
-        "import torch_xla._XLAC as X\n"
-        "d = torch_xla.device(); torch.manual_seed(0)\n"
-        "a, b = torch.randn(64, 64), torch.randn(64, 64)\n"
-        "r = a.to(d) @ b.to(d)\n"
-        "assert _C._host_kernels() == (False, False)\n"
-        "assert 'txla_aten' not in X._get_xla_tensors_hlo([r])\n"
-        "torch.testing.assert_close(r.cpu(), a @ b)\n"
-        "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+    code = _HEADER + "import torch_xla.runtime as xr\nxr.use_spmd()\n" + _XLA_DOT
+    _assert_ok(_run(code, TORCH_XLA_HOST_KERNELS="all"))
 
 
 def test_default_is_convolutions_only_and_a_bad_kind_is_refused():
-    code = (
-        "import torch, torch_xla\n"
-        "from torch_xla import _C\n"
-        "assert _C._host_kernels() == (False, True), _C._host_kernels()\n"
-        "print('ok')\n")
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_XLA_HOST_KERNELS"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
-    bad = "import torch, torch_xla\ntorch.zeros(2).to(torch_xla.device())\n"
-    out = subprocess.run([sys.executable, "-c", bad], env=dict(env, TORCH_XLA_HOST_KERNELS="gemm"),
-                         capture_output=True, text=True, timeout=300)
+    _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, True), _C._host_kernels()\n"))
+    out = _run("import torch, torch_xla\ntorch.zeros(2).to(torch_xla.device())\n", TORCH_XLA_HOST_KERNELS="gemm")
     assert out.returncode != 0 and "TORCH_XLA_HOST_KERNELS: unknown kind 'gemm'" in out.stderr, out.stderr[-2000:]
 
 
