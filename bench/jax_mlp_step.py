@@ -21,7 +21,7 @@ def _loss(ps, x, y):
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(h), y[:, None], 1))
 
 
-def _step(ps, bufs, x, y):
+def step(ps, bufs, x, y):
     loss, g = jax.value_and_grad(_loss)(ps, x, y)
     bufs = jax.tree_util.tree_map(lambda b, gi: 0.9 * b + gi, bufs, g)
     ps = jax.tree_util.tree_map(lambda p, b: p - 0.01 * b, ps, bufs)
@@ -34,4 +34,4 @@ def make():
     bufs = jax.tree_util.tree_map(jnp.zeros_like, ps)
     x = jax.random.normal(jax.random.PRNGKey(1), (128, 784))
     y = jax.random.randint(jax.random.PRNGKey(2), (128,), 0, 10)
-    return jax.jit(_step, donate_argnums=(0, 1)), ps, bufs, x, y
+    return jax.jit(step, donate_argnums=(0, 1)), ps, bufs, x, y

@@ -921,7 +921,10 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
     const ir::DeviceDataPtr& d = n->data;
     return d && d->donatable && d.use_count() == 1 ? it->second : -1;
   };
-  for (size_t r = 0; r < roots.size() && ltc; ++r) {
+  // Only worth the walk when some parameter is orphaned (a sync after an in-place update).
+  bool any_orphan = false;
+  for (size_t p = 0; p < po.params.size() && ltc && !any_orphan; ++p) any_orphan = orphan(po.params[p]) >= 0;
+  for (size_t r = 0; r < roots.size() && any_orphan; ++r) {
     const ir::Node* root = roots[r].node.get();
     if (root->op == ir::Op::kDeviceData || used_results.count(static_cast<int>(r))) continue;
     // The parameters among the root's operands up to three levels up (an update's own inputs).
