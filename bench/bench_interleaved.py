@@ -145,7 +145,7 @@ def parse_config(spec):
 
 
 def run_child(model, name, env, steps, warmup):
-    mode = "cpu" if name == "eager" else "xla"
+    mode = "cpu" if name.split("-")[0] == "eager" else "xla"  # "eager-NAME:VAR=..." too
     if name == "jax":
         if model != "mlp":
             return {"error": "the jax configuration runs the MLP only"}
@@ -202,8 +202,8 @@ def main():
                 continue
             step = statistics.median(r["step_ms"] for r in rs)
             base = base or step
-            host = [r["host_ms"] for r in rs] if n != "eager" else []
-            cpu = [r["host_cpu_ms"] for r in rs] if n != "eager" else []
+            host = [r["host_ms"] for r in rs] if n.split("-")[0] != "eager" else []
+            cpu = [r["host_cpu_ms"] for r in rs] if n.split("-")[0] != "eager" else []
             print(f"{m:7s} {n:16s} {fmt(host):>22s} {fmt(cpu):>22s} {fmt([r['step_ms'] for r in rs]):>22s} "
                   f"{statistics.median(r['peak_mb'] for r in rs):8.0f} {str(rs[0].get('compiles', '-')):>8s}"
                   f"   step {step / base:.2f}x of {configs[0][0]}")

@@ -11,6 +11,7 @@ and the same ``MASTER_ADDR``/``MASTER_PORT`` everywhere; host 0's parent hosts t
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Optional
 
@@ -190,8 +191,12 @@ def spawn(fn: Callable, args: tuple = (), nprocs: Optional[int] = None, join: bo
                                   wait_for_workers=False)
     info = {"host_index": host_index, "num_hosts": num_hosts, "master_addr": addr, "master_port": port,
             "device_type": plugins.device_type_from_env()}
-    context = mp.start_processes(_mp_entry, args=(fn, tuple(args), nprocs, info), nprocs=nprocs, join=False,
-                                 daemon=daemon, start_method=start_method)
+    from torch_xla import _allocator
+    # Spawned children start on a fast host allocator when one is installed (README, *Host allocator*).
+    preload = _allocator.preloaded_children() if start_method != "fork" else contextlib.nullcontext()
+    with preload:
+        context = mp.start_processes(_mp_entry, args=(fn, tuple(args), nprocs, info), nprocs=nprocs, join=False,
+                                     daemon=daemon, start_method=start_method)
     context._torch_xla_store = store  # the store lives as long as the context
     if not join:
         return context
