@@ -599,8 +599,11 @@ struct PostOrder {
 // Step 1: operands before users, device-data leaves collected as parameters.
 PostOrder ComputePostOrder(const std::vector<Value>& roots) {
   PostOrder po;
+  // Sized from the previous graph (steps repeat): no rehashing while the walk grows the index.
+  static thread_local size_t last_size = 64;
+  po.index.reserve(last_size);
+  po.nodes.reserve(last_size);
   std::vector<std::pair<const Node*, size_t>> stack;
-  std::unordered_set<const Node*> on_stack;
   for (const Value& r : roots) {
     const Node* root = r.node.get();
     if (po.index.count(root)) continue;
@@ -612,14 +615,14 @@ PostOrder ComputePostOrder(const std::vector<Value>& roots) {
         if (!po.index.count(child)) stack.emplace_back(child, 0);
         continue;
       }
-      if (!po.index.count(n)) {
-        po.index[n] = static_cast<int>(po.nodes.size());
+      if (po.index.try_emplace(n, static_cast<int>(po.nodes.size())).second) {
         po.nodes.push_back(n);
         if (n->op == ir::Op::kDeviceData) po.params.push_back(n);
       }
       stack.pop_back();
     }
   }
+  last_size = po.nodes.size() + po.nodes.size() / 8;
   return po;
 }
 

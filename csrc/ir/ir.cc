@@ -80,6 +80,24 @@ Node::Node(Op op_, std::vector<Value> operands_, std::vector<Shape> shapes_, Att
   if (!t_scope.empty()) scope = t_scope;
 }
 
+Node::~Node() {
+  // Operands whose last reference this node holds are destroyed from a per-thread work list by the
+  // outermost destructor, not from inside this one: the depth stays constant for any chain length.
+  thread_local std::vector<NodePtr> work;
+  thread_local bool draining = false;
+  for (auto& v : operands) {
+    if (v.node) work.push_back(std::move(v.node));
+  }
+  if (draining) return;
+  draining = true;
+  while (!work.empty()) {
+    NodePtr n = std::move(work.back());
+    work.pop_back();
+    n.reset();  // may run ~Node of n, which appends n's operands to `work`
+  }
+  draining = false;
+}
+
 std::string Node::ToString() const {
   std::ostringstream os;
   os << OpName(op) << "(";

@@ -133,6 +133,11 @@ struct Node {
   std::string scope;   // debug: where it came from (aten op name, user location)
   Node(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs,
        DeviceDataPtr data = nullptr);
+  // Releases operand chains iteratively: dropping a graph of a 200k-op chain must not recurse
+  // once per node (that overflowed the stack).
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
   std::string ToString() const;
 };
 
