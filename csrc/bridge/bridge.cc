@@ -255,8 +255,8 @@ int CheckedDevice(int index) {
   return index;
 }
 
-enum class ArgClass { kTensor, kTensorList, kOptTensorList, kScalar, kDType, kDevice, kString, kIntList, kBoolList,
-                      kInt, kDouble, kBool, kOther };
+enum class ArgClass { kTensor, kTensorList, kOptTensorList, kScalar, kScalarList, kDType, kDevice, kString, kIntList,
+                      kBoolList, kInt, kDouble, kBool, kOther };
 
 ArgClass Classify(const c10::Argument& arg) {
   c10::TypePtr t = arg.real_type();
@@ -278,6 +278,7 @@ ArgClass Classify(const c10::Argument& arg) {
       }
       if (el->kind() == c10::TypeKind::IntType || el->kind() == c10::TypeKind::SymIntType) return ArgClass::kIntList;
       if (el->kind() == c10::TypeKind::BoolType) return ArgClass::kBoolList;
+      if (el->kind() == c10::TypeKind::NumberType) return ArgClass::kScalarList;
       return ArgClass::kOther;
     }
     default: return ArgClass::kOther;
@@ -320,6 +321,7 @@ class RowKernel : public c10::OperatorKernel {
   explicit RowKernel(const ops::OpRow* row)
       : row_(row), allow_cpu_tensors_(row->aten == "copy"),
         shares_input_(row->aten == "alias_copy" || row->aten == "detach_copy"),
+        foreach_(row->aten.rfind("_foreach_", 0) == 0),
         strided_factory_(row->aten == "empty_strided"),
         counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
     // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
@@ -351,6 +353,10 @@ class RowKernel : public c10::OperatorKernel {
     args.op_name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
     args.args.resize(n);
     int device = FindDevice(ivs);
+    if (foreach_ && ForeachNeedsPerTensorKernel(ivs, device)) {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      return;
+    }
     args.device = device;
     std::optional<ir::ScopeGuard> scope;
     if (graph::WantScopes()) scope.emplace(graph::CurrentUserScope());
@@ -597,6 +603,10 @@ class RowKernel : public c10::OperatorKernel {
         }
         return;
       case ArgClass::kScalar: out->kind = ops::Arg::kScalar; out->s = ToScalar(v); return;
+      case ArgClass::kScalarList:
+        out->kind = ops::Arg::kScalarList;
+        for (const auto& e : v.toListRef()) out->sl.push_back(ToScalar(e));
+        return;
       case ArgClass::kDType: out->kind = ops::Arg::kDType; out->dtype = ToDType(v.toScalarType()); return;
       case ArgClass::kDevice: out->kind = ops::Arg::kDevice; out->i = v.toDevice().index(); return;
       case ArgClass::kString: out->kind = ops::Arg::kString; out->str = v.toStringRef(); return;
@@ -612,9 +622,23 @@ class RowKernel : public c10::OperatorKernel {
     }
   }
 
+  // A foreach list holding tensors of other devices (a CPU scalar among xla tensors): torch's own
+  // per-tensor kernel (the CPU key's, which dispatches each element by its device).
+  bool ForeachNeedsPerTensorKernel(c10::ArrayRef<c10::IValue> ivs, int device) const {
+    for (size_t i = 0; i < ivs.size(); ++i) {
+      if (classes_[i] != ArgClass::kTensorList || !ivs[i].isTensorList()) continue;
+      for (const at::Tensor& t : ivs[i].toTensorList().vec()) {
+        auto x = TryGetXla(t);
+        if (!x || x->device() != device) return true;
+      }
+    }
+    return false;
+  }
+
   const ops::OpRow* row_;
   bool allow_cpu_tensors_;
   bool shares_input_;
+  bool foreach_;
   bool strided_factory_;
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
@@ -966,7 +990,10 @@ void RegisterKernels() {
     // The functional row also serves its in-place (name_) and out= variants: their schemas mark the
     // written argument, and the kernel routes the result into it.
     std::vector<std::pair<std::string, std::string>> variants = {{name, overload}, {name + "_", overload}};
-    if (overload.empty()) {
+    // Foreach in-place/out= variants return nothing (the kernel could not route results into their
+    // lists); functionalization turns them into the functional overload anyway.
+    if (name.rfind("_foreach_", 0) == 0) variants.resize(1);
+    else if (overload.empty()) {
       variants.push_back({name, "out"});
     } else {
       variants.push_back({name, overload + "_out"});

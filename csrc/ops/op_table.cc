@@ -21,6 +21,7 @@ const std::vector<OpRow>& OpTable() {
     AddBesselRows(*rows);
     AddHistcRows(*rows);
     WrapLegality(*rows);
+    AddForeachRows(*rows);
     return rows;
   }();
   return *table;

@@ -34,8 +34,8 @@ struct TensorArg {
 };
 
 struct Arg {
-  enum Kind { kNone, kTensor, kTensorList, kOptTensorList, kInt, kDouble, kBool, kIntList, kScalar, kString,
-              kDType, kDevice, kOther } kind = kNone;
+  enum Kind { kNone, kTensor, kTensorList, kOptTensorList, kInt, kDouble, kBool, kIntList, kScalar, kScalarList,
+              kString, kDType, kDevice, kOther } kind = kNone;
   TensorArg t;
   std::vector<TensorArg> tl;
   int64_t i = 0;
@@ -43,6 +43,7 @@ struct Arg {
   bool b = false;
   std::vector<int64_t> il;
   Scalar s;
+  std::vector<Scalar> sl;  // Scalar[] (foreach ops' per-tensor scalars)
   std::string str;
   DType dtype = DType::kF32;
 };

@@ -16,6 +16,8 @@ void AddExtraRows(std::vector<OpRow>& rows);
 void AddLinalgRows(std::vector<OpRow>& rows);
 void AddBesselRows(std::vector<OpRow>& rows);
 void AddHistcRows(std::vector<OpRow>& rows);
+// After WrapLegality: foreach rows run the (checked) per-tensor rows.
+void AddForeachRows(std::vector<OpRow>& rows);
 // Eager's legality rules (legality.cc) run before the rows they name.
 void WrapLegality(std::vector<OpRow>& rows);
 // The type eager computes in: reduced-precision floats (bf16/f16) in float32, rounded once per aten
