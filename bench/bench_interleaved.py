@@ -25,6 +25,8 @@ configuration with another interpreter (e.g. a venv holding another build, for b
 (this build as installed) and `eager`. Examples:
   --config default --config "no-donation:XLA_ENABLE_PARAM_ALIASING=0"
   --config default --config "lammps:TORCH_XLA_CPU_PLUGIN=lammps-jax-pjrt-cpu" --config eager
+  --config default --config "mimalloc:TORCH_XLA_ALLOCATOR=mimalloc" --config eager
+      --config "eager-mimalloc:TORCH_XLA_ALLOCATOR=mimalloc"   (a fast host allocator preloaded)
 """
 import argparse
 import json
@@ -102,6 +104,8 @@ if xla:
     out["compiles"] = met.counter_value("UncachedCompile") or 0
     from torch_xla._internal import plugins
     out["plugin"] = plugins.plugin_for("CPU")[0]
+maps = open("/proc/self/maps").read()
+out["alloc"] = next((a for a in ("mimalloc", "jemalloc", "tcmalloc") if "lib" + a in maps), "glibc")
 print("RESULT " + json.dumps(out))
 """
 
@@ -144,6 +148,22 @@ def parse_config(spec):
     return name, env
 
 
+def _allocator_env(env):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_alloc", os.path.join(REPO, "torch_xla", "_allocator.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    saved = os.environ.get("TORCH_XLA_ALLOCATOR")
+    os.environ["TORCH_XLA_ALLOCATOR"] = env["TORCH_XLA_ALLOCATOR"]
+    try:
+        return mod.child_env(env)
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_XLA_ALLOCATOR")
+        else:
+            os.environ["TORCH_XLA_ALLOCATOR"] = saved
+
+
 def run_child(model, name, env, steps, warmup):
     mode = "cpu" if name.split("-")[0] == "eager" else "xla"  # "eager-NAME:VAR=..." too
     if name == "jax":
@@ -154,6 +174,8 @@ def run_child(model, name, env, steps, warmup):
         code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, model=model, steps=steps,
                             warmup=warmup)
     full_env = dict(os.environ, **env)
+    if "TORCH_XLA_ALLOCATOR" in env:  # "alloc:TORCH_XLA_ALLOCATOR=mimalloc": preload it, as xmp.spawn does
+        full_env = _allocator_env(full_env)
     python = full_env.pop("PYTHON", sys.executable)  # another build's interpreter (before/after)
     r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=full_env,
                        cwd=tempfile.gettempdir())  # not the repo: its torch_xla/ would shadow PYTHON's build
@@ -209,6 +231,8 @@ def main():
                   f"   step {step / base:.2f}x of {configs[0][0]}")
     plugins_used = sorted({f"{n}: {r['plugin']}" for (m, n), rs in results.items() for r in rs if r.get("plugin")})
     print("plugins: " + "; ".join(plugins_used))
+    allocs = sorted({f"{n}: {r['alloc']}" for (m, n), rs in results.items() for r in rs if r.get("alloc")})
+    print("host allocators: " + "; ".join(allocs))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({f"{m}|{n}": v for (m, n), v in results.items()}, f, indent=1)
