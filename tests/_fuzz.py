@@ -91,6 +91,9 @@ class Step:
     # lineage): a float32 copy of such a value is compared at that dtype's tolerance (eager's own
     # bf16/f16 kernels are within an ulp of the correctly rounded result, not bit-exact).
     lowp: tuple = ()
+    # Names computed from unstable ones ("_" names: indices of ties in topk/kthvalue/unstable sort),
+    # other than by gathering values through them: not compared either.
+    unstable: tuple = ()
 
 
 @dataclass
@@ -100,9 +103,10 @@ class Program:
 
     def names(self):
         out = []
+        skip = {n for s in self.steps for n in s.unstable}
         for s in self.steps:
             for n in s.outs:
-                if not n.startswith("_") and n not in out:
+                if not n.startswith("_") and n not in out and n not in skip:
                     out.append(n)
         return out
 
@@ -141,6 +145,7 @@ class _Gen:
         self.ns = namespace(torch.device("cpu"), lambda: None)
         self.meta = {}   # name -> dict(exact=bool, group=int, leaf=str|None)
         self.lowp = {}   # name -> bf16/f16 dtype its value was rounded in (see Step.lowp)
+        self.unstable = set()  # see Step.unstable
         self.n = 0
         self.sub = 0     # counter for input seeds
         self.done = False
@@ -194,7 +199,21 @@ class _Gen:
                 continue
             self.meta[o] = {"exact": exact, "group": group if group is not None else self.n_group(), "leaf": leaf}
         step.lowp = tuple(self._lowp(code, outs, exact))
+        step.unstable = tuple(self._unstable(code, op, outs))
         return True
+
+    def _unstable(self, code, op, outs):
+        if op.endswith("_indices_gather"):
+            return []
+        names = [n for n in re.findall(r"[A-Za-z_]\w*", code) if n in self.meta and n not in outs]
+        if not any(n.startswith("_") or n in self.unstable for n in names):
+            return []
+        targets = list(outs)
+        if not outs and names:  # in-place: the target and every view of it
+            grp = self.meta.get(names[0], {}).get("group")
+            targets = [n for n, m in self.meta.items() if m["group"] == grp]
+        self.unstable.update(targets)
+        return targets
 
     def _lowp(self, code, outs, exact):
         """(name, dtype) pairs this line makes low-precision: its outputs (for an in-place line, its
