@@ -37,6 +37,10 @@ Lap OverlapStatus(const at::Tensor& a, const at::Tensor& b) {
   const c10::TensorImpl* ai = a.unsafeGetTensorImpl();
   const c10::TensorImpl* bi = b.unsafeGetTensorImpl();
   if (ai == bi) return Lap::kFull;
+  // Symbolic shapes (dynamo's fake tensors) and Python subclasses: nothing to compare here.
+  for (const c10::TensorImpl* i : {ai, bi}) {
+    if (i->has_symbolic_sizes_strides() || i->key_set().has(c10::DispatchKey::Python)) return Lap::kNo;
+  }
   if (ai->numel() == 0 || bi->numel() == 0) return Lap::kNo;
   const c10::Storage& as = ai->unsafe_storage();
   if (!as || as.unsafeGetStorageImpl() != bi->unsafe_storage().unsafeGetStorageImpl()) return Lap::kNo;
