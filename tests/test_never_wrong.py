@@ -625,3 +625,86 @@ def test_eager_error_order_layer_norm_of_empty_int_and_bitwise_shape_first():
         torch.bitwise_and(a, b)
     with pytest.raises(RuntimeError, match="must match the size of tensor b"):
         torch.bitwise_and(a.to(DEV), b.to(DEV)).cpu()
+
+
+_OVERLAP = {  # fuzz seed 5165: eager's "some elements of the input tensor and the written-to tensor ..."
+    "unfold mul_": lambda x: x[:2].unfold(0, 2, 1).mul_(x[:2]),
+    "partial add_": lambda x: x[:3].add_(x[1:4]),
+    "partial copy_": lambda x: x[1:].copy_(x[:5]),
+    "partial through detach": lambda x: x[:3].mul_(x.detach()[1:4]),
+    "partial through view": lambda x: x.view(2, 3)[0].add_(x[1:4]),
+    "full index_add_": lambda x: x.index_add_(0, torch.arange(6, device=x.device), x),
+    "partial scatter_": lambda x: x[:3].scatter_(0, torch.arange(3, device=x.device), x[1:4]),
+    "self operand": lambda x: x.mul_(x),
+    "same range, same strides": lambda x: x[:3].add_(x[0:3]),
+    "disjoint": lambda x: x[:3].add_(x[3:]),
+    "masked_fill_ (eager accepts)": lambda x: x[:3].masked_fill_(x[:3] > 1, x[1]),
+    "0-dim operand elsewhere": lambda x: x[1:4].add_(x[0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OVERLAP))
+def test_inplace_overlap_with_an_operand_as_eager(name):
+    f = _OVERLAP[name]
+    ref = torch.arange(1.0, 7.0)
+    try:
+        f(ref)
+    except RuntimeError as e:
+        assert "refer to a single memory location" in str(e)
+        x = torch.arange(1.0, 7.0, device=DEV)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            f(x)  # at the op, as eager
+        torch.testing.assert_close(x.cpu(), torch.arange(1.0, 7.0))  # nothing was written
+        return
+    x = torch.arange(1.0, 7.0, device=DEV)
+    f(x)
+    torch.testing.assert_close(x.cpu(), ref)
+
+
+def test_inplace_overlap_check_leaves_cpu_tensors_and_versions_alone():
+    # The check replaces the ADInplaceOrView kernels of these ops: autograd's version counter must
+    # still move, for CPU and XLA tensors alike.
+    for d in ("cpu", DEV):
+        x = torch.ones(3, device=d)
+        v = x._version
+        x.add_(torch.ones(3, device=d))
+        x.index_put_((torch.tensor([0], device=d),), torch.tensor([5.0], device=d))
+        assert x._version == v + 2
+        w = torch.ones(3, device=d, requires_grad=True)
+        y = w * 1
+        y.mul_(torch.full((3,), 2.0, device=d))
+        y.sum().backward()
+        torch.testing.assert_close(w.grad.cpu(), torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("shape,dim,idx", [((4, 0), 0, [4]), ((4, 0), 0, [3]), ((4, 0), 0, [-1]), ((4, 0), 1, [0]),
+                                           ((0, 3), 1, [3]), ((0, 3), 0, [0]), ((0,), 0, [0]), ((2, 0, 3), 0, [2]),
+                                           ((2, 0, 3), 2, [3]), ((2, 0, 3), 1, [0]), ((3, 2), 0, [])])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_index_select_of_a_zero_element_source(shape, dim, idx, dtype):
+    """Fuzz seed 5012: eager checks the indices even when nothing is gathered, at the op; a size-0
+    1-D source failed to compile here."""
+    def f(d):
+        return torch.zeros(shape, dtype=dtype, device=d).index_select(dim, torch.tensor(idx, dtype=torch.long, device=d))
+    try:
+        ref = f("cpu")
+    except Exception as e:  # noqa: BLE001
+        with pytest.raises(type(e)):
+            f(DEV)  # raises at the op: reading an empty result runs nothing
+        return
+    got = f(DEV).cpu()
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    torch_xla.sync()
+
+
+def test_pow_zero_exponent_of_bool_and_kthvalue_of_bool():
+    """Fuzz seeds 7806 (bool ** False failed to compile: eager fills ones) and 7950 (kthvalue of a
+    bool tensor: eager's NotImplementedError)."""
+    for e in (False, True, 0, 0.0):
+        for x in (torch.tensor([True, False]), torch.tensor([NAN, -INF, 2.0])):
+            ref = x ** e
+            got = (x.to(DEV) ** e).cpu()
+            assert got.dtype == ref.dtype
+            torch.testing.assert_close(got, ref, equal_nan=True)
+    with pytest.raises(NotImplementedError, match="kthvalue_cpu"):
+        torch.tensor([True, False], device=DEV).kthvalue(1)

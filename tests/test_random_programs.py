@@ -16,7 +16,8 @@ import torch_xla  # noqa: F401
 import _fuzz
 
 # 160 consecutive seeds, plus seeds from long runs (scripts/fuzz.py) that hit bugs this range misses.
-SEEDS = list(range(0, 160)) + [162, 163, 166, 1510, 1695, 1892, 1913, 1998]
+SEEDS = list(range(0, 160)) + [162, 163, 166, 1510, 1695, 1892, 1913, 1998, 5012, 5165, 5464, 6134, 7347, 7806,
+                                7950]
 
 # Bugs (FUZZ_FINDINGS.md uses the same names).
 EXPAND_INPLACE = "known: in-place write through an expand view (no 'more than one element' error; wrong values)"
@@ -82,3 +83,15 @@ def test_comparison_is_strict_about_special_values():
     assert _fuzz.compare_values(t([1.0]), t([[1.0]])) is not None
     assert _fuzz.compare_values(t([1, 2]), t([1, 3])) is not None
     assert _fuzz.compare_values(t([1.0, 2.0]), t([1.01, 2.0])) is not None
+
+
+def test_low_precision_lineage_sets_the_tolerance():
+    """A float32 copy of a value computed in bf16/f16 is compared at that dtype's tolerance (seeds
+    6134, 7347, 5464: eager's own bf16/f16 kernels round differently by one ulp); an exact copy of an
+    input keeps float32's."""
+    import torch
+    t = torch.tensor
+    assert _fuzz.compare_values(t([1.28125]), t([1.2890625])) is not None
+    assert _fuzz.compare_values(t([1.28125]), t([1.2890625]), torch.bfloat16) is None
+    lowp = _fuzz.generate(7347).lowp()
+    assert lowp.get("t11") == torch.bfloat16 and "x3" not in lowp

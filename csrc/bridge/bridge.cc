@@ -386,7 +386,13 @@ class RowKernel : public c10::OperatorKernel {
       if (v && v.shape().numel() == 0) v = ir::Full(0, v.shape());
       else all_empty = false;
     }
-    if (all_empty) graph::DropPendingChecks(device, checks_before);
+    if (all_empty && !args.keep_checks) graph::DropPendingChecks(device, checks_before);
+    if (all_empty && args.keep_checks && graph::PendingCheckCount(device) > checks_before) {
+      // Eager raises at this op, and reading an empty result runs no graph: run the checks now.
+      std::vector<graph::TensorPtr> none;
+      graph::SyncTensors(&none, graph::SyncOptions{});
+      graph::RaiseFailedChecks();
+    }
     for (auto& [k, v] : args.writebacks) Assign(ivs[k].toTensor(), v);
     // Arguments written by the op (out=, in-place) are returned as themselves.
     std::vector<c10::IValue> results;
@@ -1049,6 +1055,7 @@ void RegisterKernels() {
                                   "lerp_.Tensor", "sqrt_", "add_.Scalar", "sub_.Scalar", "mul_.Scalar",
                                   "div_.Scalar", "fill_.Scalar"};
   RegisterFunctionalizationFixes(cpp_meta_ops);
+  RegisterInplaceOverlapChecks();
   // No sparse XLA tensors (as PyTorch/XLA): the ops that would build one raise, naming the op.
   static torch::Library* sparse =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::SparseXLA, __FILE__, __LINE__);

@@ -44,6 +44,9 @@ void RegisterKernels();
 // Exact expand/unfold view inverses and eager's in-place checks (functionalize.cc); ops listed in
 // cpp_meta_ops keep the C++ structured meta kernels registered for them.
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops);
+// Eager's "some elements of the input tensor and the written-to tensor refer to a single memory
+// location" for in-place ops on XLA tensors (inplace_overlap.cc).
+void RegisterInplaceOverlapChecks();
 // In-place ops that read what they write: eager's error for broadcast overlap, and ours for any
 // other overlap of `self`'s elements (eager's result would depend on its iteration order).
 void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);

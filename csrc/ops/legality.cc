@@ -186,6 +186,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
        }},
       {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
+      {"kthvalue", NoBool("kthvalue_cpu")},
       {"round", NoBool("round_vml_cpu")},
       {"ceil", NoBool("ceil_vml_cpu")},
       {"floor", NoBool("floor_vml_cpu")},

@@ -57,6 +57,10 @@ class OpArgs {
   // native_batch_norm's running statistics): applied by the bridge after the row runs.
   std::vector<std::pair<size_t, Value>> writebacks;
   void WriteBack(size_t arg, Value v) { writebacks.emplace_back(arg, std::move(v)); }
+  // The bridge drops the index checks of an op whose results are all empty (eager computes nothing,
+  // so it checks nothing); a row sets this when eager checks its indices even then (index_select
+  // of a source with zero elements).
+  bool keep_checks = false;
 
   size_t size() const { return args.size(); }
   bool IsNone(size_t k) const { return k >= args.size() || args[k].kind == Arg::kNone; }

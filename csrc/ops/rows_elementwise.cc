@@ -237,6 +237,7 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     Value x = Cast(a.V(0), t);
     double ev = e.AsDouble();
     if (ev == 1.0) return {x};
+    if (ev == 0.0) return {ir::Full(1, x.shape())};  // eager fills ones (any base, bool included)
     if (ir::IsIntegral(t, true)) {
       if (ev == 2.0) return {ir::Binary(Op::kMul, x, x)};
       if (ev < 0 && e.kind != Scalar::kFloat) {

@@ -239,7 +239,17 @@ void AddShapeRows(std::vector<OpRow>& rows) {
     Value x = a.V(0), idx = a.V(2);
     int64_t dim = ir::NormalizeDim(a.Int(1), x.rank());
     if (x.rank() == 0) return {x};
-    if (dim == 1 && x.rank() > 1) {  // eager's CPU kernel for dim 1 raises RuntimeError, not IndexError
+    if (x.dims()[dim] == 0 && idx.shape().numel() > 0) {  // every index is out of range
+      if (x.rank() == 1) throw IndexError("index out of range in self");
+      a.Fail("index_select(): self indexing axis dim should be positive");
+    }
+    if (x.shape().numel() == 0 && x.rank() > 1) {
+      // Eager's CPU kernel checks every index even though nothing is gathered (RuntimeError).
+      a.keep_checks = true;
+      CheckIndexRange(idx, 0, x.dims()[dim],
+                      "index_select(): INDICES element is out of DATA bounds, axis_dim=" + std::to_string(x.dims()[dim]),
+                      a.device, std::nullopt, /*runtime_error=*/true);
+    } else if (dim == 1 && x.rank() > 1) {  // eager's CPU kernel for dim 1 raises RuntimeError, not IndexError
       CheckIndexRange(idx, 0, x.dims()[dim],
                       "index_select(): INDICES element is out of DATA bounds, axis_dim=" + std::to_string(x.dims()[dim]),
                       a.device, std::nullopt, /*runtime_error=*/true);

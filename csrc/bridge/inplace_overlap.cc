@@ -1,0 +1,152 @@
+// Eager's check that an in-place op's output does not share memory with one of its inputs
+// (issue #7, fuzz seed 5165):
+//
+//   x = torch.arange(4.).to(d); x.unfold(0, 2, 1).mul_(x)   # eager: RuntimeError "unsupported
+//   operation: some elements of the input tensor and the written-to tensor refer to a single
+//   memory location"
+//
+// The check needs storage identity, which functionalization's meta replay drops (each operand
+// becomes a fresh meta tensor, without even its storage offset). The user's tensors still have it:
+// every view of an XLA tensor is a FunctionalTensorWrapper sharing its base's storage, with eager's
+// sizes, strides and offset. So the check runs one dispatch key above functionalization, at
+// ADInplaceOrView, whose kernel for an in-place op only redispatches and bumps `self`'s version. We
+// replace that kernel for the in-place ops whose eager kernels make this check: for XLA tensors it
+// compares `self` with each tensor operand as eager's MemoryOverlap does (both dense and
+// non-overlapping, same storage, byte ranges), then does exactly what the generated kernel did.
+// Tensors of other devices pay one more call (TXLA_INPLACE_OVERLAP_CHECK=0 turns it off).
+#include <ATen/Operators.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "bridge/bridge.h"
+
+namespace txla::bridge {
+namespace {
+
+enum class Lap { kNo, kPartial, kFull, kTooHard };
+
+// As eager's get_overlap_status, on the storage offsets instead of data pointers (the storage of
+// an XLA tensor has none).
+Lap OverlapStatus(const at::Tensor& a, const at::Tensor& b) {
+  const c10::TensorImpl* ai = a.unsafeGetTensorImpl();
+  const c10::TensorImpl* bi = b.unsafeGetTensorImpl();
+  if (ai == bi) return Lap::kFull;
+  // Symbolic shapes (dynamo's fake tensors) and Python subclasses: nothing to compare here.
+  for (const c10::TensorImpl* i : {ai, bi}) {
+    if (i->has_symbolic_sizes_strides() || i->key_set().has(c10::DispatchKey::Python)) return Lap::kNo;
+  }
+  if (ai->numel() == 0 || bi->numel() == 0) return Lap::kNo;
+  const c10::Storage& as = ai->unsafe_storage();
+  if (!as || as.unsafeGetStorageImpl() != bi->unsafe_storage().unsafeGetStorageImpl()) return Lap::kNo;
+  if (!ai->is_non_overlapping_and_dense() || !bi->is_non_overlapping_and_dense()) return Lap::kTooHard;
+  int64_t a0 = ai->storage_offset() * static_cast<int64_t>(ai->itemsize());
+  int64_t a1 = a0 + ai->numel() * static_cast<int64_t>(ai->itemsize());
+  int64_t b0 = bi->storage_offset() * static_cast<int64_t>(bi->itemsize());
+  int64_t b1 = b0 + bi->numel() * static_cast<int64_t>(bi->itemsize());
+  if (a0 == b0 && a1 == b1) return ai->strides() == bi->strides() ? Lap::kFull : Lap::kPartial;
+  if (a0 < b1 && b0 < a1) return Lap::kPartial;
+  return Lap::kNo;
+}
+
+[[noreturn]] void Raise() {
+  TORCH_CHECK(false,
+              "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+              "memory location. Please clone() the tensor before performing the operation.");
+}
+
+// One argument of an in-place op against `self`. full: eager's assert_no_overlap (index and scatter
+// ops reject even an operand equal to self); else TensorIterator's assert_no_partial_overlap.
+template <bool Full>
+void CheckArg(const at::Tensor& self, const at::Tensor& other) {
+  if (!other.defined() || other.device().type() != c10::DeviceType::XLA) return;
+  if (!Full && other.unsafeGetTensorImpl() == self.unsafeGetTensorImpl()) return;
+  Lap lap = OverlapStatus(self, other);
+  if (lap == Lap::kPartial || (Full && lap == Lap::kFull)) Raise();
+}
+template <bool Full>
+void CheckArg(const at::Tensor& self, const std::optional<at::Tensor>& other) {
+  if (other.has_value()) CheckArg<Full>(self, *other);
+}
+template <bool Full>
+void CheckArg(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& others) {
+  for (const std::optional<at::Tensor> t : others) CheckArg<Full>(self, t);
+}
+template <bool Full, typename T>
+void CheckArg(const at::Tensor&, const T&) {}
+
+// The ADInplaceOrView kernel of in-place op `Op` (an at::_ops struct): the generated one (redispatch
+// below ADInplaceOrView, bump self's version) with the check first. Unboxed, so that CPU tensors
+// pay one extra call and a device test, nothing more.
+template <typename Op, bool Full, typename Sig = typename Op::schema>
+struct Checked;
+template <typename Op, bool Full, typename... Args>
+struct Checked<Op, Full, at::Tensor&(at::Tensor&, Args...)> {
+  static at::Tensor& fn(c10::DispatchKeySet ks, at::Tensor& self, Args... args) {
+    if (self.device().type() == c10::DeviceType::XLA) (CheckArg<Full>(self, args), ...);
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      Op::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, args...);
+    }
+    torch::autograd::impl::bump_version(self);
+    return self;
+  }
+};
+
+}  // namespace
+
+void RegisterInplaceOverlapChecks() {
+  const char* env = std::getenv("TXLA_INPLACE_OVERLAP_CHECK");
+  if (env && std::string(env) == "0") return;
+  // In-place ops whose eager kernels are TensorIterators (partial overlap with an input raises;
+  // an input equal to self is fine), checked one by one against eager (a view `x[:3]` written
+  // from `x[1:]`). Not here because eager accepts the overlap: masked_fill_, masked_scatter_,
+  // ldexp_; or because they have no tensor operand besides self.
+  auto& dispatcher = c10::Dispatcher::singleton();
+  static torch::Library* lib =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
+  struct Quiet : c10::WarningHandler {
+    void process(const c10::Warning&) override {}  // the override of the generated kernel is deliberate
+  } quiet;
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  // Only ops that have a generated ADInplaceOrView kernel (the one replaced).
+  auto has = [&](const char* name, const char* overload) {
+    std::string n(name);
+    auto op = dispatcher.findOp({n, overload});
+    return op && op->hasKernelForDispatchKey(c10::DispatchKey::ADInplaceOrView);
+  };
+#define TXLA_OVERLAP(OP, FULL)                                                                   \
+  if (has(at::_ops::OP::name, at::_ops::OP::overload_name)) {                                    \
+    std::string key = std::string(at::_ops::OP::name).substr(6);                                 \
+    if (*at::_ops::OP::overload_name) key += std::string(".") + at::_ops::OP::overload_name;     \
+    lib->impl(key.c_str(), TORCH_FN((Checked<at::_ops::OP, FULL>::fn)));                          \
+  }
+  TXLA_OVERLAP(add__Tensor, false) TXLA_OVERLAP(sub__Tensor, false) TXLA_OVERLAP(mul__Tensor, false)
+  TXLA_OVERLAP(div__Tensor, false) TXLA_OVERLAP(div__Tensor_mode, false) TXLA_OVERLAP(copy_, false)
+  TXLA_OVERLAP(pow__Tensor, false) TXLA_OVERLAP(atan2_, false) TXLA_OVERLAP(fmod__Tensor, false)
+  TXLA_OVERLAP(remainder__Tensor, false) TXLA_OVERLAP(lerp__Scalar, false) TXLA_OVERLAP(lerp__Tensor, false)
+  TXLA_OVERLAP(addcmul_, false) TXLA_OVERLAP(addcdiv_, false) TXLA_OVERLAP(clamp__Tensor, false)
+  TXLA_OVERLAP(clamp_min__Tensor, false) TXLA_OVERLAP(clamp_max__Tensor, false) TXLA_OVERLAP(hypot_, false)
+  TXLA_OVERLAP(copysign__Tensor, false) TXLA_OVERLAP(xlogy__Tensor, false) TXLA_OVERLAP(eq__Tensor, false)
+  TXLA_OVERLAP(ne__Tensor, false) TXLA_OVERLAP(lt__Tensor, false) TXLA_OVERLAP(le__Tensor, false)
+  TXLA_OVERLAP(gt__Tensor, false) TXLA_OVERLAP(ge__Tensor, false) TXLA_OVERLAP(logical_and_, false)
+  TXLA_OVERLAP(logical_or_, false) TXLA_OVERLAP(logical_xor_, false) TXLA_OVERLAP(bitwise_and__Tensor, false)
+  TXLA_OVERLAP(bitwise_or__Tensor, false) TXLA_OVERLAP(bitwise_xor__Tensor, false)
+  TXLA_OVERLAP(bitwise_left_shift__Tensor, false) TXLA_OVERLAP(bitwise_right_shift__Tensor, false)
+  TXLA_OVERLAP(__ilshift___Tensor, false) TXLA_OVERLAP(__irshift___Tensor, false)
+  TXLA_OVERLAP(floor_divide__Tensor, false) TXLA_OVERLAP(nextafter_, false) TXLA_OVERLAP(heaviside_, false)
+  TXLA_OVERLAP(igamma_, false) TXLA_OVERLAP(igammac_, false) TXLA_OVERLAP(gcd_, false) TXLA_OVERLAP(lcm_, false)
+  TXLA_OVERLAP(float_power__Tensor, false)
+  // Index and scatter ops: eager's assert_no_overlap (an operand equal to self raises as well).
+  TXLA_OVERLAP(index_add_, true) TXLA_OVERLAP(index_copy_, true) TXLA_OVERLAP(scatter__src, true)
+  TXLA_OVERLAP(scatter__reduce, true) TXLA_OVERLAP(scatter_add_, true) TXLA_OVERLAP(scatter_reduce__two, true)
+  TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_put_, true) TXLA_OVERLAP(index_reduce_, true)
+#undef TXLA_OVERLAP
+}
+
+}  // namespace txla::bridge
