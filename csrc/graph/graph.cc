@@ -1138,6 +1138,15 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   std::map<int, std::vector<TensorPtr>> by_device;
   std::unordered_set<int64_t> seen;
   for (auto& t : all) {
+    if (t && t->HasPending() && t->pending().node->in_region) {
+      // A value of a loop body being traced (control_flow.h): it has no value outside its loop.
+      if (tensors) {
+        throw std::runtime_error(
+            "a tensor computed inside a loop body (while_loop / fori_loop / scan) cannot be synced or read on the "
+            "host: its value exists only while the loop runs (return it from the body instead)");
+      }
+      continue;
+    }
     if (t && t->HasPending() && seen.insert(t->id()).second) by_device[t->device()].push_back(t);
   }
   {
@@ -1201,7 +1210,7 @@ void WaitDeviceOps() {
 std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
   std::vector<TensorPtr> ts;
   for (auto& t : (tensors.empty() ? LiveTensors() : tensors)) {
-    if (tensors.empty() && !t->HasPending()) continue;
+    if (tensors.empty() && (!t->HasPending() || t->pending().node->in_region)) continue;
     ts.push_back(t);
   }
   lowering::ModuleSpec spec;
