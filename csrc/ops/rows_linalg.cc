@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ir/control_flow.h"
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -96,10 +97,14 @@ Value CholeskySolve(const Value& b, const Value& f, bool upper) {
 
 
 // ---- LU with partial pivoting (LAPACK getrf's pivot choice: the first row of largest magnitude;
-// a zero pivot column is left unscaled and reported in info), unrolled over the columns: one
-// step per column, so matrices up to kMaxUnrolledLu go through it and larger ones stay on the CPU
-// (compile time grows fast with the unrolling: ~20 s at n = 32 and ~35 s at n = 64 on this machine).
+// a zero pivot column is left unscaled and reported in info), one step per column: unrolled up to
+// kMaxUnrolledLu columns (compile time grows fast with the unrolling: ~20 s at n = 32 and ~35 s at
+// n = 64 on this machine), and as one stablehlo.while over the columns above (ir::ForLoop: the
+// step is traced once, so compile time no longer depends on n).
 constexpr int64_t kMaxUnrolledLu = 16;
+// Above this size the LU stays on the CPU (n sequential steps of O(n^2) work each: LAPACK's blocked
+// kernel is the better tool for large matrices).
+constexpr int64_t kMaxLu = 512;
 
 // x: [B, n, m]; idx: [B, k] (s64) -> rows x[b, idx[b, i], :] as [B, k, m].
 Value GatherRows(const Value& x, const Value& idx) {
@@ -116,8 +121,11 @@ struct Lu {
   Value info;    // [B] s32
 };
 
+Lu LuFactorLoop(const Value& a);
+
 Lu LuFactor(const Value& a) {  // a: [B, m, n] float
   int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2];
+  if (std::max(rows, n) > kMaxUnrolledLu) return LuFactorLoop(a);
   ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
   Value row_v = ir::Iota(vs, 1);
   Value row = ir::Iota(ms, 1), col = ir::Iota(ms, 2);
@@ -164,6 +172,60 @@ Lu LuFactor(const Value& a) {  // a: [B, m, n] float
   return {m, perm, ir::Concatenate(pivots, 1), info};
 }
 
+// The same steps as LuFactor's, as a loop over k = 0 .. min(m, n) - 1 (k a runtime s64 scalar).
+Lu LuFactorLoop(const Value& a) {
+  int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2], steps = std::min(rows, n);
+  ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
+  Value row_v0 = ir::Iota(vs, 1);
+  std::vector<Value> init{a, row_v0, ir::Full(0, ir::Shape(DType::kS32, {bt})),
+                          ir::Full(0, ir::Shape(DType::kS32, {bt, steps}))};
+  double tiny = a.dtype() == DType::kF64 ? 2.2250738585072014e-308 : 1.1754943508222875e-38;
+  auto step = [&](const Value& k, const std::vector<Value>& c) -> std::vector<Value> {
+    Value m = c[0], perm = c[1], info = c[2], piv = c[3];
+    Value zero = ir::ConstantInt(0, DType::kS64);
+    auto kb = [&](const ir::Shape& s) { return ir::BroadcastInDim(Cast(k, s.dtype), s.dims, {}); };
+    Value row_v = ir::Iota(vs, 1);
+    Value row = ir::Iota(ms, 1), col = ir::Iota(ms, 2);
+    Value colk = ir::Reshape(ir::DynamicSlice(m, {zero, zero, k}, {bt, rows, 1}), {bt, rows});
+    Value mag = ir::Unary(Op::kAbs, colk);
+    Value skip = ir::Binary(Op::kOr, ir::Compare(CompareDir::kNE, mag, mag), ir::Compare(CompareDir::kLT, row_v, kb(vs)));
+    mag = ir::Select(skip, ir::Full(-1, mag.shape()), mag);
+    Value p = ir::ArgReduce(ir::ArgKind::kArgMax, mag, 1).second;  // [B] s64, first on ties
+    Value p1 = Cast(ir::Binary(Op::kAdd, p, ir::Full(1, p.shape())), DType::kS32);
+    piv = ir::DynamicUpdateSlice(piv, ir::Reshape(p1, {bt, 1}), {zero, k});
+    Value pb = ir::BroadcastInDim(p, {bt, rows}, {0});
+    Value kk = kb(vs);
+    Value swap = ir::Select(ir::Compare(CompareDir::kEQ, row_v, kk), pb,
+                            ir::Select(ir::Compare(CompareDir::kEQ, row_v, pb), kk, row_v));
+    m = GatherRows(m, swap);
+    perm = ir::Reshape(GatherRows(ir::Reshape(perm, {bt, rows, 1}), swap), {bt, rows});
+    Value pivot = ir::Reshape(ir::DynamicSlice(m, {zero, k, k}, {bt, 1, 1}), {bt});
+    Value nz = ir::Compare(CompareDir::kNE, pivot, ir::Full(0, pivot.shape()));
+    Value k1 = ir::Binary(Op::kAdd, kb(info.shape()), ir::Full(1, info.shape()));
+    info = ir::Select(ir::Binary(Op::kAnd, ir::Unary(Op::kNot, nz),
+                                 ir::Compare(CompareDir::kEQ, info, ir::Full(0, info.shape()))),
+                      k1, info);
+    colk = ir::Reshape(ir::DynamicSlice(m, {zero, zero, k}, {bt, rows, 1}), {bt, rows});
+    Value pv = ir::BroadcastInDim(pivot, {bt, rows}, {0});
+    Value recip = ir::Binary(Op::kMul, colk, ir::Binary(Op::kDiv, ir::Full(1, pv.shape()), pv));
+    Value normal = ir::Compare(CompareDir::kGE, ir::Unary(Op::kAbs, pv), ir::Full(tiny, pv.shape()));
+    Value l = ir::Select(ir::BroadcastInDim(nz, {bt, rows}, {0}),
+                         ir::Select(normal, recip, ir::Binary(Op::kDiv, colk, pv)), colk);
+    Value rowk = ir::Reshape(ir::DynamicSlice(m, {zero, k, zero}, {bt, 1, n}), {bt, n});
+    Value lb = ir::BroadcastInDim(l, {bt, rows, n}, {0, 1});
+    Value outer = ir::Binary(Op::kMul, lb, ir::BroadcastInDim(rowk, {bt, rows, n}, {0, 2}));
+    Value kms = kb(ms);
+    Value below = ir::Compare(CompareDir::kGT, row, kms);
+    Value right = ir::Compare(CompareDir::kGT, col, kms);
+    Value atk = ir::Compare(CompareDir::kEQ, col, kms);
+    m = ir::Select(ir::Binary(Op::kAnd, below, right), ir::Binary(Op::kSub, m, outer), m);
+    m = ir::Select(ir::Binary(Op::kAnd, below, atk), lb, m);
+    return {m, perm, info, piv};
+  };
+  std::vector<Value> out = ir::ForLoop(steps, init, step);
+  return {out[0], out[1], out[3], out[2]};
+}
+
 // [..., n, n] -> [B, n, n] and back.
 Value FlattenBatch(const Value& x) {
   int r = x.rank();
@@ -177,7 +239,7 @@ std::vector<int64_t> With(std::vector<int64_t> batch, std::initializer_list<int6
 // Square float matrices of a size the unrolled LU takes.
 void RequireLu(const Value& a, bool allow_empty = false) {
   RequireSquare(a);
-  if (a.dims()[a.rank() - 1] > kMaxUnrolledLu || (!allow_empty && a.shape().numel() == 0)) throw NotLowered{};
+  if (a.dims()[a.rank() - 1] > kMaxLu || (!allow_empty && a.shape().numel() == 0)) throw NotLowered{};
 }
 
 // X = A^-1 B (B: [B, n, k]) from A's LU.
@@ -205,6 +267,20 @@ Value PermOfPivots(const Value& pivots) {
   int64_t bt = pivots.dims()[0], n = pivots.dims()[1];
   ir::Shape vs(DType::kS64, {bt, n});
   Value row_v = ir::Iota(vs, 1), perm = row_v;
+  if (n > kMaxUnrolledLu) {
+    auto step = [&](const Value& k, const std::vector<Value>& c) -> std::vector<Value> {
+      Value piv = c[1], zero = ir::ConstantInt(0, DType::kS64);
+      Value rv = ir::Iota(vs, 1);
+      Value p = ir::Binary(Op::kSub, Cast(ir::Reshape(ir::DynamicSlice(piv, {zero, k}, {bt, 1}), {bt}), DType::kS64),
+                           ir::Full(1, ir::Shape(DType::kS64, {bt})));
+      Value pb = ir::BroadcastInDim(p, {bt, n}, {0});
+      Value kk = ir::BroadcastInDim(k, {bt, n}, {});
+      Value swap = ir::Select(ir::Compare(CompareDir::kEQ, rv, kk), pb,
+                              ir::Select(ir::Compare(CompareDir::kEQ, rv, pb), kk, rv));
+      return {ir::Reshape(GatherRows(ir::Reshape(c[0], {bt, n, 1}), swap), {bt, n}), piv};
+    };
+    return ir::ForLoop(n, {perm, pivots}, step)[0];
+  }
   for (int64_t k = 0; k < n; ++k) {
     Value p = ir::Binary(Op::kSub, Cast(ir::Reshape(ir::Slice(pivots, {0, k}, {bt, k + 1}, {1, 1}), {bt}), DType::kS64),
                          ir::Full(1, ir::Shape(DType::kS64, {bt})));
@@ -301,7 +377,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     int r = x.rank();
     if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
     int64_t rows = x.dims()[r - 2], n = x.dims()[r - 1], k = std::min(rows, n);
-    if (std::max(rows, n) > kMaxUnrolledLu) throw NotLowered{};
+    if (std::max(rows, n) > kMaxLu) throw NotLowered{};
     auto batch = BatchOf(x);
     if (x.shape().numel() == 0) {
       return {ir::Full(0, x.shape()), ir::Full(1, ir::Shape(DType::kS32, With(batch, {k}))),
