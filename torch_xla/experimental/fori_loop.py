@@ -51,17 +51,19 @@ def _check_pred(pred, what):
   return pred
 
 
-def _xla_while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=(), what='while_loop'):
+def _xla_while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=(), what='while_loop', trace_grad=False):
   """Runs ``while cond_fn(*carried, *additional): carried = body_fn(*carried, *additional)`` as one
   stablehlo.while; ``carried_inputs`` is a flat sequence of tensors (or numbers). Returns the final
-  carried values as a tuple."""
+  carried values as a tuple. The body is traced without autograd unless ``trace_grad`` (scan's
+  backward body computes gradients inside the loop)."""
   additional = tuple(additional_inputs or ())
   device = _device_of(list(carried_inputs) + list(additional))
   carried = _as_carried(list(carried_inputs), device, what)
   if not carried:
     raise ValueError(f'{what}: there must be at least one carried value')
   params = [_C._cf_parameter(i, t) for i, t in enumerate(carried)]
-  with torch.no_grad():
+  mark = _C._cf_check_mark(carried[0])
+  with torch.enable_grad() if trace_grad else torch.no_grad():
     pred = _check_pred(cond_fn(*params, *additional), what)
     if isinstance(pred, bool):
       pred = torch.tensor(pred, device=device)
@@ -73,6 +75,7 @@ def _xla_while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=(), what
   out = list(out)
   if len(out) != len(carried):
     raise ValueError(f'{what}: body_fn returned {len(out)} values for {len(carried)} carried values')
+  out = [o.detach() if isinstance(o, torch.Tensor) else o for o in out]
   for i, (o, c) in enumerate(zip(out, carried)):
     if not isinstance(o, torch.Tensor):
       o = out[i] = torch.tensor(o, dtype=c.dtype, device=device)
@@ -80,7 +83,7 @@ def _xla_while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=(), what
       raise ValueError(f'{what}: body_fn returned a tensor of shape {tuple(o.shape)} and dtype {o.dtype} for '
                        f'carried value {i}, which has shape {tuple(c.shape)} and dtype {c.dtype} (a loop body must '
                        'keep each carried value\'s shape and dtype)')
-  return tuple(_C._cf_while(carried, params, pred, params, out))
+  return tuple(_C._cf_while(carried, params, pred, params, out, mark))
 
 
 def fori_loop(upper, lower, body_fun, *input_value):
