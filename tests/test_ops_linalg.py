@@ -304,3 +304,39 @@ def test_lu_beyond_the_loop_limit_falls_back_correctly():
     before = met.counter_value("aten::linalg_inv_ex") or 0
     torch.testing.assert_close(torch.linalg.inv(a.to(DEV)).cpu(), torch.linalg.inv(a))
     assert (met.counter_value("aten::linalg_inv_ex") or 0) == before + 1
+
+
+# ---- QR: Householder reflectors as LAPACK's geqrf/orgqr (same signs), a While over the columns
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", [(5, 5), (2, 7, 4), (4, 7), (2, 40, 40), (33, 20)])
+def test_qr_equals_lapack(dtype, shape):
+    g = torch.Generator().manual_seed(13)
+    a = torch.randn(*shape, dtype=dtype, generator=g)
+    before = _counts("linalg_qr")
+    tol = {} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    for mode in ("reduced", "complete", "r"):
+        q, r = torch.linalg.qr(a.to(DEV), mode=mode)
+        eq, er = torch.linalg.qr(a, mode=mode)
+        assert q.shape == eq.shape and r.shape == er.shape and q.dtype == eq.dtype
+        torch.testing.assert_close(r.cpu(), er, **tol)
+        torch.testing.assert_close(q.cpu(), eq, **tol)
+    _no_fallback(before, "linalg_qr")
+
+
+def test_qr_special_columns_and_grad():
+    # an exactly zero sub-column (LAPACK: tau = 0, H = I, R keeps the entry's sign), a zero column
+    a = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 0.0], [0.0, 5.0, 0.0]], dtype=torch.float64)
+    a[0, 0] = -3.0
+    for mode in ("reduced", "complete"):
+        q, r = torch.linalg.qr(a.to(DEV), mode=mode)
+        eq, er = torch.linalg.qr(a, mode=mode)
+        torch.testing.assert_close(r.cpu(), er)
+        torch.testing.assert_close(q.cpu(), eq)
+    g = torch.Generator().manual_seed(14)
+    b = torch.randn(6, 4, dtype=torch.float64, generator=g)
+    x, xx = b.clone().requires_grad_(), b.to(DEV).requires_grad_()
+    q, r = torch.linalg.qr(x)
+    (q.sum() + r.square().sum()).backward()
+    q, r = torch.linalg.qr(xx)
+    (q.sum() + r.square().sum()).backward()
+    torch.testing.assert_close(xx.grad.cpu(), x.grad)

@@ -313,9 +313,96 @@ Value MatT(const Value& x) {
   return ir::Transpose(x, perm);
 }
 
+// ---- Householder QR with LAPACK's reflectors (dgeqrf/dlarfg: beta = -sign(alpha) ||x||, tau =
+// (beta - alpha) / beta, v = x / (alpha - beta) with v0 = 1 (scaled by the reciprocal, as dlarfg);
+// a zero sub-column gives tau = 0, H = I), so R's diagonal signs are LAPACK's; Q = H0 ... H(k-1)
+// applied to the identity's first columns (dorgqr), accumulated backwards. Both are loops over
+// the columns (ir::ForLoop).
+struct Qr {
+  Value q, r;
+};
+
+Qr HouseholderQr(const Value& a, bool complete) {  // a: [B, m, n] float
+  int64_t bt = a.dims()[0], m = a.dims()[1], n = a.dims()[2], k = std::min(m, n);
+  DType t = a.dtype();
+  ir::Shape vs(DType::kS64, {bt, m});
+  auto factor = [&](const Value& j, const std::vector<Value>& c) -> std::vector<Value> {
+    Value A = c[0], V = c[1], taus = c[2];
+    Value zero = ir::ConstantInt(0, DType::kS64);
+    Value row = ir::Iota(vs, 1);
+    Value jb = ir::BroadcastInDim(j, {bt, m}, {});
+    Value below = ir::Compare(CompareDir::kGT, row, jb), at = ir::Compare(CompareDir::kEQ, row, jb);
+    Value col = ir::Reshape(ir::DynamicSlice(A, {zero, zero, j}, {bt, m, 1}), {bt, m});
+    Value alpha = ir::Reshape(ir::DynamicSlice(A, {zero, j, j}, {bt, 1, 1}), {bt});
+    Value x = ir::Select(below, col, ir::Full(0, col.shape()));
+    Value xnorm = ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, x, x), {1}));
+    Value h = ir::Unary(Op::kSqrt, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, alpha, alpha), ir::Binary(Op::kMul, xnorm, xnorm)));
+    Value nonneg = ir::Compare(CompareDir::kGE, alpha, ir::Full(0, alpha.shape()));
+    Value identity = ir::Compare(CompareDir::kEQ, xnorm, ir::Full(0, xnorm.shape()));
+    Value beta = ir::Select(identity, alpha, ir::Select(nonneg, ir::Unary(Op::kNeg, h), h));
+    Value tau = ir::Select(identity, ir::Full(0, beta.shape()), ir::Binary(Op::kDiv, ir::Binary(Op::kSub, beta, alpha), beta));
+    Value scale = ir::Binary(Op::kDiv, ir::Full(1, beta.shape()), ir::Binary(Op::kSub, alpha, beta));
+    scale = ir::Select(identity, ir::Full(0, scale.shape()), scale);
+    Value v = ir::Select(below, ir::Binary(Op::kMul, col, ir::BroadcastInDim(scale, {bt, m}, {0})),
+                         ir::Select(at, ir::Full(1, col.shape()), ir::Full(0, col.shape())));
+    // A[:, j+1:] -= tau v (v^T A); column j becomes R's: beta on the diagonal, zeros below.
+    Value w = ir::DotGeneral(v, A, {0}, {0}, {1}, {1}, t);  // [B, n]
+    Value upd = ir::Binary(Op::kMul, ir::BroadcastInDim(ir::Binary(Op::kMul, v, ir::BroadcastInDim(tau, {bt, m}, {0})), {bt, m, n}, {0, 1}),
+                           ir::BroadcastInDim(w, {bt, m, n}, {0, 2}));
+    ir::Shape ms(DType::kS64, {bt, m, n});
+    Value cols = ir::Iota(ms, 2), rows3 = ir::Iota(ms, 1), j3 = ir::BroadcastInDim(j, ms.dims, {});
+    Value right = ir::Compare(CompareDir::kGT, cols, j3), atcol = ir::Compare(CompareDir::kEQ, cols, j3);
+    A = ir::Select(right, ir::Binary(Op::kSub, A, upd), A);
+    Value rcol = ir::Select(ir::Compare(CompareDir::kEQ, rows3, j3), ir::BroadcastInDim(beta, {bt, m, n}, {0}),
+                            ir::Select(ir::Compare(CompareDir::kGT, rows3, j3), ir::Full(0, A.shape()), A));
+    A = ir::Select(atcol, rcol, A);
+    V = ir::DynamicUpdateSlice(V, ir::Reshape(v, {bt, m, 1}), {zero, zero, j});
+    taus = ir::DynamicUpdateSlice(taus, ir::Reshape(tau, {bt, 1}), {zero, j});
+    return {A, V, taus};
+  };
+  std::vector<Value> f = ir::ForLoop(k, {a, ir::Full(0, ir::Shape(t, {bt, m, k})), ir::Full(0, ir::Shape(t, {bt, k}))}, factor);
+  int64_t qc = complete ? m : k;
+  ir::Shape qs(t, {bt, m, qc});
+  Value eye = ir::Select(ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, qs.dims), 1),
+                                     ir::Iota(ir::Shape(DType::kS64, qs.dims), 2)),
+                         ir::Full(1, qs), ir::Full(0, qs));
+  auto accumulate = [&](const Value& i, const std::vector<Value>& c) -> std::vector<Value> {
+    Value Q = c[0], V = c[1], taus = c[2];
+    Value zero = ir::ConstantInt(0, DType::kS64);
+    Value j = ir::Binary(Op::kSub, ir::ConstantInt(k - 1, DType::kS64), i);
+    Value v = ir::Reshape(ir::DynamicSlice(V, {zero, zero, j}, {bt, m, 1}), {bt, m});
+    Value tau = ir::Reshape(ir::DynamicSlice(taus, {zero, j}, {bt, 1}), {bt});
+    Value w = ir::DotGeneral(v, Q, {0}, {0}, {1}, {1}, t);  // [B, qc]
+    Value upd = ir::Binary(Op::kMul, ir::BroadcastInDim(ir::Binary(Op::kMul, v, ir::BroadcastInDim(tau, {bt, m}, {0})), qs.dims, {0, 1}),
+                           ir::BroadcastInDim(w, qs.dims, {0, 2}));
+    return {ir::Binary(Op::kSub, Q, upd), V, taus};
+  };
+  Value q = ir::ForLoop(k, {eye, f[1], f[2]}, accumulate)[0];
+  Value r = f[0];
+  if (!complete && m > k) r = ir::Slice(r, {0, 0, 0}, {bt, k, n}, {1, 1, 1});
+  // R is upper triangular (the loop leaves the reflectors' zeros below the diagonal already, and
+  // columns beyond k keep their rows below k only when m > n... which cannot happen: k = n there).
+  return {q, KeepTriangle(r, false)};
+}
+
 }  // namespace
 
 void AddLinalgRows(std::vector<OpRow>& rows) {
+  rows.push_back({"linalg_qr", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    std::string mode = a.IsNone(1) ? "reduced" : a.Str(1);
+    int r = x.rank();
+    if (r < 2 || !LinalgType(x.dtype()) || x.shape().numel() == 0) throw NotLowered{};
+    if (mode != "reduced" && mode != "complete" && mode != "r") throw NotLowered{};  // eager's error
+    int64_t m = x.dims()[r - 2], n = x.dims()[r - 1];
+    if (std::max(m, n) > kMaxLu) throw NotLowered{};
+    auto batch = BatchOf(x);
+    Qr f = HouseholderQr(ir::Reshape(x, {ProductOf(batch), m, n}), mode == "complete");
+    int64_t k = std::min(m, n);
+    Value R = ir::Reshape(f.r, With(batch, {mode == "complete" ? m : k, n}));
+    if (mode == "r") return {ir::Full(0, ir::Shape(x.dtype(), {0})), R};
+    return {ir::Reshape(f.q, With(batch, {m, mode == "complete" ? m : k})), R};
+  }});
   rows.push_back({"linalg_cholesky_ex", [](OpArgs& a) -> V {
     Value x = a.V(0);
     bool upper = a.Bool(1);
