@@ -294,3 +294,15 @@ def test_scan_errors():
         scan(lambda c, x: (c, x), torch.zeros(2, device=DEV), (torch.ones(3, 2, device=DEV), torch.ones(4, 2, device=DEV)))
     with pytest.raises(ValueError, match="at least one element"):
         scan(lambda c, x: (c, x), torch.zeros(2, device=DEV), torch.ones(0, 2, device=DEV))
+
+
+def test_loops_in_eager_mode():
+    torch_xla.experimental.eager_mode(True)
+    try:
+        _, r = fori_loop(4, 0, lambda x: x * 2 + 1, torch.ones(3, device=DEV))
+        c, ys = scan(lambda c, x: (c + x, c * x), torch.zeros(3, device=DEV), torch.ones(4, 3, device=DEV))
+    finally:
+        torch_xla.experimental.eager_mode(False)
+    assert torch.equal(r.cpu(), torch.full((3,), 31.0))
+    assert torch.equal(c.cpu(), torch.full((3,), 4.0))
+    assert torch.equal(ys.cpu(), torch.arange(4.0).repeat_interleave(3).reshape(4, 3))

@@ -63,11 +63,20 @@ def _xla_while_loop(cond_fn, body_fn, carried_inputs, additional_inputs=(), what
     raise ValueError(f'{what}: there must be at least one carried value')
   params = [_C._cf_parameter(i, t) for i, t in enumerate(carried)]
   mark = _C._cf_check_mark(carried[0])
-  with torch.enable_grad() if trace_grad else torch.no_grad():
-    pred = _check_pred(cond_fn(*params, *additional), what)
-    if isinstance(pred, bool):
-      pred = torch.tensor(pred, device=device)
-    out = body_fn(*params, *additional)
+  # Traced, never run op by op: in eager mode the body's ops are part of the loop (a compiled region).
+  _C._enter_compiled_region()
+  try:
+    with torch.enable_grad() if trace_grad else torch.no_grad():
+      pred = _check_pred(cond_fn(*params, *additional), what)
+      if isinstance(pred, bool):
+        pred = torch.tensor(pred, device=device)
+      out = body_fn(*params, *additional)
+    return _finish_while(carried, params, pred, out, mark, device, what)
+  finally:
+    _C._exit_compiled_region()
+
+
+def _finish_while(carried, params, pred, out, mark, device, what):
   if isinstance(out, torch.Tensor):
     out = (out,)
   if not isinstance(out, (tuple, list)):
