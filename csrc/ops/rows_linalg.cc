@@ -392,11 +392,19 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     std::string mode = a.IsNone(1) ? "reduced" : a.Str(1);
     int r = x.rank();
-    if (r < 2 || !LinalgType(x.dtype()) || x.shape().numel() == 0) throw NotLowered{};
+    if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
     if (mode != "reduced" && mode != "complete" && mode != "r") throw NotLowered{};  // eager's error
     int64_t m = x.dims()[r - 2], n = x.dims()[r - 1];
     if (std::max(m, n) > kMaxLu) throw NotLowered{};
     auto batch = BatchOf(x);
+    if (x.shape().numel() == 0) {  // Q: the identity's first columns; R: zeros
+      int64_t k0 = std::min(m, n), qc = mode == "complete" ? m : k0;
+      ir::Shape qs(x.dtype(), With(batch, {m, qc}));
+      Value eye = ir::Select(IndexCompare(ir::Full(0, qs), CompareDir::kEQ), ir::Full(1, qs), ir::Full(0, qs));
+      Value R = ir::Full(0, ir::Shape(x.dtype(), With(batch, {mode == "complete" ? m : k0, n})));
+      if (mode == "r") return {ir::Full(0, ir::Shape(x.dtype(), {0})), R};
+      return {eye, R};
+    }
     Qr f = HouseholderQr(ir::Reshape(x, {ProductOf(batch), m, n}), mode == "complete");
     int64_t k = std::min(m, n);
     Value R = ir::Reshape(f.r, With(batch, {mode == "complete" ? m : k, n}));
