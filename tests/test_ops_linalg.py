@@ -187,7 +187,7 @@ def test_histc_special_cases():
         torch.histc(torch.ones(3).to(DEV), 4, 3, 1)
 
 
-# ---- LU-based rows (unrolled partial-pivoting LU, n <= 64)
+# ---- LU-based rows (unrolled partial-pivoting LU, n <= 16)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_lu_family(dtype):
     g = torch.Generator().manual_seed(5)
@@ -252,6 +252,91 @@ def test_lu_grads(fn):
         torch.testing.assert_close(yx.grad.cpu(), y.grad)
 
 
-def test_lu_large_matrix_falls_back_correctly():
-    a = torch.randn(20, 20, dtype=torch.float64) + 10 * torch.eye(20, dtype=torch.float64)
+# ---- above 16 x 16 the LU is one stablehlo.while over the columns (ir::ForLoop)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_lu_family_large_matrices_in_a_while_loop(dtype):
+    g = torch.Generator().manual_seed(11)
+    n = 64
+    a = torch.randn(2, n, n, dtype=dtype, generator=g)
+    b = torch.randn(2, n, 3, dtype=dtype, generator=g)
+    names = ("linalg_lu_factor_ex", "linalg_inv_ex", "_linalg_det", "_linalg_solve_ex", "linalg_lu_solve")
+    before = _counts(*names)
+    ax, bx = a.to(DEV), b.to(DEV)
+    lu, piv, info = torch.linalg.lu_factor_ex(a)
+    lux, pivx, infox = torch.linalg.lu_factor_ex(ax)
+    assert '"stablehlo.while"' in torch_xla._XLAC._get_xla_tensors_hlo([lux])
+    tol = {} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-4}
+    torch.testing.assert_close(lux.cpu(), lu, **tol)
+    assert torch.equal(pivx.cpu(), piv) and torch.equal(infox.cpu(), info)
+    torch.testing.assert_close(torch.linalg.inv(ax).cpu(), torch.linalg.inv(a), **tol)
+    torch.testing.assert_close(torch.linalg.det(ax).cpu(), torch.linalg.det(a), rtol=1e-3 if tol else 1e-7, atol=0)
+    torch.testing.assert_close(torch.linalg.solve(ax, bx).cpu(), torch.linalg.solve(a, b), **tol)
+    torch.testing.assert_close(torch.linalg.lu_solve(lux, pivx, bx).cpu(), torch.linalg.lu_solve(lu, piv, b), **tol)
+    torch.testing.assert_close(torch.linalg.lu_solve(lux, pivx, bx, adjoint=True).cpu(),
+                               torch.linalg.lu_solve(lu, piv, b, adjoint=True), **tol)
+    for shape in [(20, 70), (70, 20)]:  # rectangular
+        r = torch.randn(*shape, dtype=dtype, generator=g)
+        lu_r, piv_r = torch.linalg.lu_factor(r)
+        lux_r, pivx_r = torch.linalg.lu_factor(r.to(DEV))
+        torch.testing.assert_close(lux_r.cpu(), lu_r, **tol)
+        assert torch.equal(pivx_r.cpu(), piv_r)
+    _no_fallback(before, *names)
+
+
+def test_lu_large_singular_info_and_grad():
+    g = torch.Generator().manual_seed(12)
+    s = torch.randn(40, 40, dtype=torch.float64, generator=g)
+    s[:, 17] = 0  # an exactly zero column: LAPACK's info = 18
+    lu, piv, info = torch.linalg.lu_factor_ex(s)
+    lux, pivx, infox = torch.linalg.lu_factor_ex(s.to(DEV))
+    assert infox.item() == info.item() == 18
+    assert torch.equal(pivx.cpu(), piv)
+    torch.testing.assert_close(lux.cpu(), lu)
+    a = torch.randn(30, 30, dtype=torch.float64, generator=g) + 5 * torch.eye(30, dtype=torch.float64)
+    x, xx = a.clone().requires_grad_(), a.to(DEV).requires_grad_()
+    torch.linalg.inv(x).sum().backward()
+    torch.linalg.inv(xx).sum().backward()
+    torch.testing.assert_close(xx.grad.cpu(), x.grad)
+
+
+def test_lu_beyond_the_loop_limit_falls_back_correctly():
+    a = torch.randn(520, 520, dtype=torch.float64) + 30 * torch.eye(520, dtype=torch.float64)
+    before = met.counter_value("aten::linalg_inv_ex") or 0
     torch.testing.assert_close(torch.linalg.inv(a.to(DEV)).cpu(), torch.linalg.inv(a))
+    assert (met.counter_value("aten::linalg_inv_ex") or 0) == before + 1
+
+
+# ---- QR: Householder reflectors as LAPACK's geqrf/orgqr (same signs), a While over the columns
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", [(5, 5), (2, 7, 4), (4, 7), (2, 40, 40), (33, 20)])
+def test_qr_equals_lapack(dtype, shape):
+    g = torch.Generator().manual_seed(13)
+    a = torch.randn(*shape, dtype=dtype, generator=g)
+    before = _counts("linalg_qr")
+    tol = {} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    for mode in ("reduced", "complete", "r"):
+        q, r = torch.linalg.qr(a.to(DEV), mode=mode)
+        eq, er = torch.linalg.qr(a, mode=mode)
+        assert q.shape == eq.shape and r.shape == er.shape and q.dtype == eq.dtype
+        torch.testing.assert_close(r.cpu(), er, **tol)
+        torch.testing.assert_close(q.cpu(), eq, **tol)
+    _no_fallback(before, "linalg_qr")
+
+
+def test_qr_special_columns_and_grad():
+    # an exactly zero sub-column (LAPACK: tau = 0, H = I, R keeps the entry's sign), a zero column
+    a = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 0.0], [0.0, 5.0, 0.0]], dtype=torch.float64)
+    a[0, 0] = -3.0
+    for mode in ("reduced", "complete"):
+        q, r = torch.linalg.qr(a.to(DEV), mode=mode)
+        eq, er = torch.linalg.qr(a, mode=mode)
+        torch.testing.assert_close(r.cpu(), er)
+        torch.testing.assert_close(q.cpu(), eq)
+    g = torch.Generator().manual_seed(14)
+    b = torch.randn(6, 4, dtype=torch.float64, generator=g)
+    x, xx = b.clone().requires_grad_(), b.to(DEV).requires_grad_()
+    q, r = torch.linalg.qr(x)
+    (q.sum() + r.square().sum()).backward()
+    q, r = torch.linalg.qr(xx)
+    (q.sum() + r.square().sum()).backward()
+    torch.testing.assert_close(xx.grad.cpu(), x.grad)

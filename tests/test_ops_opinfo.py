@@ -359,6 +359,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("linalg.solve", ""): ("_linalg_solve_ex",),
     ("linalg.solve_ex", ""): ("_linalg_solve_ex",),
     ("linalg.lu_solve", ""): ("linalg_lu_solve",),
+    ("linalg.qr", ""): ("linalg_qr",),
     # ---- rows_bessel.cc
     ("i0", ""): ("i0",),
     ("special.i0e", ""): ("special_i0e",),

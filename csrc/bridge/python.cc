@@ -24,6 +24,7 @@ using namespace txla;
 namespace txla::bridge {
 void RegisterSpmdBindings(py::module& m);  // spmd_py.cc
 void RegisterDynamoBindings(py::module& m);  // dynamo_py.cc
+void RegisterControlFlowBindings(py::module& m);  // control_flow_py.cc
 void RegisterHostKernels(runtime::Client& client);  // host_kernels.cc
 void SetHostKernelKinds(bool dots, bool convs);     // host_kernels.cc
 }
@@ -409,6 +410,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_lowered_ops", []() { return bridge::RegisteredRows(); });
   bridge::RegisterDynamoBindings(m);
+  bridge::RegisterControlFlowBindings(m);
 
   // ---- Hooks behind torch_xla._XLAC (the PyTorch/XLA names live in torch_xla/_XLAC.py).
   m.def("_set_mat_mul_precision", [](int p) {

@@ -510,6 +510,27 @@ void AddCheck(Value all_ok, std::string message, int device, bool runtime_error)
   if (v.size() < 256) v.push_back({std::move(all_ok), std::move(message), runtime_error});
 }
 
+std::vector<LoopCheck> TakeLoopChecks(int device, size_t keep) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  std::vector<LoopCheck> out;
+  auto it = PendingChecks().find(device);
+  if (it == PendingChecks().end()) return out;
+  std::vector<PendingCheck> kept;
+  for (size_t i = 0; i < it->second.size(); ++i) {
+    PendingCheck& c = it->second[i];
+    if (i >= keep && c.pred.node->in_region) out.push_back({c.pred, c.message, c.runtime_error});
+    else kept.push_back(std::move(c));
+  }
+  it->second.swap(kept);
+  return out;
+}
+
+void RestoreCheck(int device, const LoopCheck& check) {
+  std::lock_guard<std::mutex> g(g_check_mu);
+  auto& v = PendingChecks()[device];
+  if (v.size() < 256) v.push_back({check.pred, check.message, check.runtime_error});
+}
+
 size_t PendingCheckCount(int device) {
   std::lock_guard<std::mutex> g(g_check_mu);
   auto it = PendingChecks().find(device);
@@ -977,6 +998,9 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     std::lock_guard<std::mutex> g(g_check_mu);
     checks.swap(PendingChecks()[device]);
   }
+  // Checks of a loop body still being traced (or abandoned by a failed trace) have no value here.
+  checks.erase(std::remove_if(checks.begin(), checks.end(), [](const PendingCheck& c) { return c.pred.node->in_region; }),
+               checks.end());
   // Collect unique roots.
   std::vector<Value> roots;
   std::vector<int> root_of(tensors.size());
@@ -1141,6 +1165,15 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
   std::map<int, std::vector<TensorPtr>> by_device;
   std::unordered_set<int64_t> seen;
   for (auto& t : all) {
+    if (t && t->HasPending() && t->pending().node->in_region) {
+      // A value of a loop body being traced (control_flow.h): it has no value outside its loop.
+      if (tensors) {
+        throw std::runtime_error(
+            "a tensor computed inside a loop body (while_loop / fori_loop / scan) cannot be synced or read on the "
+            "host: its value exists only while the loop runs (return it from the body instead)");
+      }
+      continue;
+    }
     if (t && t->HasPending() && seen.insert(t->id()).second) by_device[t->device()].push_back(t);
   }
   {
@@ -1204,7 +1237,7 @@ void WaitDeviceOps() {
 std::string GetStableHlo(const std::vector<TensorPtr>& tensors) {
   std::vector<TensorPtr> ts;
   for (auto& t : (tensors.empty() ? LiveTensors() : tensors)) {
-    if (tensors.empty() && !t->HasPending()) continue;
+    if (tensors.empty() && (!t->HasPending() || t->pending().node->in_region)) continue;
     ts.push_back(t);
   }
   lowering::ModuleSpec spec;

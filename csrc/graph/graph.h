@@ -119,6 +119,16 @@ void AddCheck(ir::Value all_ok, std::string message, int device, bool runtime_er
 // empty drops the checks it added).
 size_t PendingCheckCount(int device);
 void DropPendingChecks(int device, size_t keep);
+// Control flow: the checks added since `keep` by ops of a loop body being traced (their pred
+// depends on the body's parameters) leave the pending list; the loop carries them and re-adds one
+// check per message on its result (RestoreCheck; the message is kept as is).
+struct LoopCheck {
+  ir::Value pred;
+  std::string message;
+  bool runtime_error = false;
+};
+std::vector<LoopCheck> TakeLoopChecks(int device, size_t keep);
+void RestoreCheck(int device, const LoopCheck& check);
 // Raises for any executed check that failed (awaits their results).
 void RaiseFailedChecks();
 

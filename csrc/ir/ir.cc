@@ -59,7 +59,7 @@ const char* OpName(Op op) {
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
       "all_gather", "reduce_scatter", "all_to_all", "sharding",
       "lgamma", "digamma", "erfc", "bessel_i1e", "polygamma", "next_after", "zeta", "bitcast_convert",
-      "host_call", "cholesky", "triangular_solve"};
+      "host_call", "cholesky", "triangular_solve", "parameter", "while"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -78,6 +78,8 @@ Node::Node(Op op_, std::vector<Value> operands_, std::vector<Shape> shapes_, Att
   for (const auto& s : shapes) h = HashAll(h, static_cast<int64_t>(s.dtype), s.dims);
   op_hash = h;
   if (!t_scope.empty()) scope = t_scope;
+  in_region = op == Op::kParameter;
+  for (const auto& v : operands) in_region = in_region || v.node->in_region;
 }
 
 Node::~Node() {
@@ -107,6 +109,7 @@ std::string Node::ToString() const {
   for (const auto& v : attrs.ints) os << " " << DimsToString(v);
   if (op == Op::kConstant) os << " value=" << attrs.f;
   if (op == Op::kSharding || op == Op::kHostCall) os << " " << attrs.s;
+  if (op == Op::kParameter) os << " index=" << attrs.n;
   if ((op == Op::kDotGeneral || op == Op::kConvolution) && attrs.n > 0) {
     os << " precision=" << (attrs.n == 1 ? "HIGH" : "HIGHEST");
   }

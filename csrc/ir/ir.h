@@ -92,6 +92,9 @@ enum class Op : uint16_t {
   kHostCall,
   // linear algebra (attrs: see Cholesky / TriangularSolve)
   kCholesky, kTriangularSolve,
+  // Structured control flow (control_flow.h): a region's parameter (attrs.n = its index) and
+  // stablehlo.while (regions: cond, body; operands and results: the carried values).
+  kParameter, kWhile,
   kNumOps
 };
 const char* OpName(Op op);
@@ -110,6 +113,8 @@ struct Attrs {
 
 struct Node;
 using NodePtr = std::shared_ptr<const Node>;
+struct Region;
+using RegionPtr = std::shared_ptr<const Region>;
 
 struct Value {
   NodePtr node;
@@ -131,6 +136,12 @@ struct Node {
   DeviceDataPtr data;  // kDeviceData only
   Hash128 op_hash;     // op + attrs + output shapes (operands are hashed by the graph walk)
   std::string scope;   // debug: where it came from (aten op name, user location)
+  // Control flow (kWhile): closed sub-graphs over their own parameters (see control_flow.h). Their
+  // structural hash is part of attrs, hence of op_hash.
+  std::vector<RegionPtr> regions;
+  // True when the node depends on a region parameter (it was built while tracing a loop body):
+  // such a value only exists inside its loop and can never be synced on its own.
+  bool in_region = false;
   Node(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs,
        DeviceDataPtr data = nullptr);
   // Releases operand chains iteratively: dropping a graph of a 200k-op chain must not recurse

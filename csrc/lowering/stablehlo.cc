@@ -1,4 +1,5 @@
 #include "lowering/stablehlo.h"
+#include "ir/control_flow.h"
 #include "util/half.h"
 
 #include <cmath>
@@ -497,11 +498,58 @@ class Emitter {
       case Op::kSharding:
         Line(n, "stablehlo.custom_call", "call_target_name = \"Sharding\", mhlo.sharding = \"" + A.s + "\"");
         return;
+      case Op::kWhile:
+        Line(n, "stablehlo.while", "", EmitRegion(*n.regions[0]) + ", " + EmitRegion(*n.regions[1]));
+        return;
+      case Op::kParameter:
+        throw std::runtime_error(
+            "a value computed inside a loop body (while_loop / fori_loop / scan) is used outside its loop: "
+            "only the loop's results can be");
       case Op::kDeviceData:
       case Op::kNumOps:
         break;
     }
     throw std::runtime_error(std::string("no StableHLO emitter for op ") + ir::OpName(n.op));
+  }
+
+  // A region (control_flow.h) as an MLIR region: its parameters are the block arguments; its nodes
+  // are emitted with their own names (a fresh scope), ending in stablehlo.return of its results.
+  std::string EmitRegion(const ir::Region& r) {
+    std::unordered_map<const Node*, std::string> outer_names;
+    std::swap(outer_names, names_);
+    std::ostringstream outer_body;
+    std::swap(outer_body, body_);
+    std::string head = "{\n    ^bb0(";
+    for (size_t i = 0; i < r.params.size(); ++i) {
+      std::string a = "%a" + std::to_string(next_++);
+      names_[r.params[i].get()] = a;
+      head += (i ? ", " : "") + a + ": " + T(r.params[i]->shapes[0]);
+    }
+    head += "):\n";
+    std::string error;
+    try {
+      for (const Node* n : ir::RegionPostOrder(r)) {
+        if (n->op == Op::kParameter) {
+          if (!names_.count(n)) throw std::runtime_error("while: a loop region reads a parameter of another loop");
+          continue;
+        }
+        if (n->op == Op::kDeviceData) throw std::runtime_error("while: a loop region reads device data directly");
+        EmitNode(*n);
+      }
+    } catch (...) {
+      std::swap(outer_names, names_);
+      std::swap(outer_body, body_);
+      throw;
+    }
+    std::string ret = "    \"stablehlo.return\"(";
+    for (size_t i = 0; i < r.results.size(); ++i) ret += (i ? ", " : "") + Name(r.results[i]);
+    ret += ") : (";
+    for (size_t i = 0; i < r.results.size(); ++i) ret += (i ? ", " : "") + T(r.results[i].shape());
+    ret += ") -> ()\n";
+    std::string text = head + body_.str() + ret + "    }";
+    std::swap(outer_names, names_);
+    std::swap(outer_body, body_);
+    return text;
   }
 
   void EmitReduce(const Node& n) {

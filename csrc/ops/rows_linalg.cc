@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ir/control_flow.h"
 #include "ops/rows.h"
 
 namespace txla::ops {
@@ -96,10 +97,14 @@ Value CholeskySolve(const Value& b, const Value& f, bool upper) {
 
 
 // ---- LU with partial pivoting (LAPACK getrf's pivot choice: the first row of largest magnitude;
-// a zero pivot column is left unscaled and reported in info), unrolled over the columns: one
-// step per column, so matrices up to kMaxUnrolledLu go through it and larger ones stay on the CPU
-// (compile time grows fast with the unrolling: ~20 s at n = 32 and ~35 s at n = 64 on this machine).
+// a zero pivot column is left unscaled and reported in info), one step per column: unrolled up to
+// kMaxUnrolledLu columns (compile time grows fast with the unrolling: ~20 s at n = 32 and ~35 s at
+// n = 64 on this machine), and as one stablehlo.while over the columns above (ir::ForLoop: the
+// step is traced once, so compile time no longer depends on n).
 constexpr int64_t kMaxUnrolledLu = 16;
+// Above this size the LU stays on the CPU (n sequential steps of O(n^2) work each: LAPACK's blocked
+// kernel is the better tool for large matrices).
+constexpr int64_t kMaxLu = 512;
 
 // x: [B, n, m]; idx: [B, k] (s64) -> rows x[b, idx[b, i], :] as [B, k, m].
 Value GatherRows(const Value& x, const Value& idx) {
@@ -116,8 +121,11 @@ struct Lu {
   Value info;    // [B] s32
 };
 
+Lu LuFactorLoop(const Value& a);
+
 Lu LuFactor(const Value& a) {  // a: [B, m, n] float
   int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2];
+  if (std::max(rows, n) > kMaxUnrolledLu) return LuFactorLoop(a);
   ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
   Value row_v = ir::Iota(vs, 1);
   Value row = ir::Iota(ms, 1), col = ir::Iota(ms, 2);
@@ -164,6 +172,60 @@ Lu LuFactor(const Value& a) {  // a: [B, m, n] float
   return {m, perm, ir::Concatenate(pivots, 1), info};
 }
 
+// The same steps as LuFactor's, as a loop over k = 0 .. min(m, n) - 1 (k a runtime s64 scalar).
+Lu LuFactorLoop(const Value& a) {
+  int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2], steps = std::min(rows, n);
+  ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
+  Value row_v0 = ir::Iota(vs, 1);
+  std::vector<Value> init{a, row_v0, ir::Full(0, ir::Shape(DType::kS32, {bt})),
+                          ir::Full(0, ir::Shape(DType::kS32, {bt, steps}))};
+  double tiny = a.dtype() == DType::kF64 ? 2.2250738585072014e-308 : 1.1754943508222875e-38;
+  auto step = [&](const Value& k, const std::vector<Value>& c) -> std::vector<Value> {
+    Value m = c[0], perm = c[1], info = c[2], piv = c[3];
+    Value zero = ir::ConstantInt(0, DType::kS64);
+    auto kb = [&](const ir::Shape& s) { return ir::BroadcastInDim(Cast(k, s.dtype), s.dims, {}); };
+    Value row_v = ir::Iota(vs, 1);
+    Value row = ir::Iota(ms, 1), col = ir::Iota(ms, 2);
+    Value colk = ir::Reshape(ir::DynamicSlice(m, {zero, zero, k}, {bt, rows, 1}), {bt, rows});
+    Value mag = ir::Unary(Op::kAbs, colk);
+    Value skip = ir::Binary(Op::kOr, ir::Compare(CompareDir::kNE, mag, mag), ir::Compare(CompareDir::kLT, row_v, kb(vs)));
+    mag = ir::Select(skip, ir::Full(-1, mag.shape()), mag);
+    Value p = ir::ArgReduce(ir::ArgKind::kArgMax, mag, 1).second;  // [B] s64, first on ties
+    Value p1 = Cast(ir::Binary(Op::kAdd, p, ir::Full(1, p.shape())), DType::kS32);
+    piv = ir::DynamicUpdateSlice(piv, ir::Reshape(p1, {bt, 1}), {zero, k});
+    Value pb = ir::BroadcastInDim(p, {bt, rows}, {0});
+    Value kk = kb(vs);
+    Value swap = ir::Select(ir::Compare(CompareDir::kEQ, row_v, kk), pb,
+                            ir::Select(ir::Compare(CompareDir::kEQ, row_v, pb), kk, row_v));
+    m = GatherRows(m, swap);
+    perm = ir::Reshape(GatherRows(ir::Reshape(perm, {bt, rows, 1}), swap), {bt, rows});
+    Value pivot = ir::Reshape(ir::DynamicSlice(m, {zero, k, k}, {bt, 1, 1}), {bt});
+    Value nz = ir::Compare(CompareDir::kNE, pivot, ir::Full(0, pivot.shape()));
+    Value k1 = ir::Binary(Op::kAdd, kb(info.shape()), ir::Full(1, info.shape()));
+    info = ir::Select(ir::Binary(Op::kAnd, ir::Unary(Op::kNot, nz),
+                                 ir::Compare(CompareDir::kEQ, info, ir::Full(0, info.shape()))),
+                      k1, info);
+    colk = ir::Reshape(ir::DynamicSlice(m, {zero, zero, k}, {bt, rows, 1}), {bt, rows});
+    Value pv = ir::BroadcastInDim(pivot, {bt, rows}, {0});
+    Value recip = ir::Binary(Op::kMul, colk, ir::Binary(Op::kDiv, ir::Full(1, pv.shape()), pv));
+    Value normal = ir::Compare(CompareDir::kGE, ir::Unary(Op::kAbs, pv), ir::Full(tiny, pv.shape()));
+    Value l = ir::Select(ir::BroadcastInDim(nz, {bt, rows}, {0}),
+                         ir::Select(normal, recip, ir::Binary(Op::kDiv, colk, pv)), colk);
+    Value rowk = ir::Reshape(ir::DynamicSlice(m, {zero, k, zero}, {bt, 1, n}), {bt, n});
+    Value lb = ir::BroadcastInDim(l, {bt, rows, n}, {0, 1});
+    Value outer = ir::Binary(Op::kMul, lb, ir::BroadcastInDim(rowk, {bt, rows, n}, {0, 2}));
+    Value kms = kb(ms);
+    Value below = ir::Compare(CompareDir::kGT, row, kms);
+    Value right = ir::Compare(CompareDir::kGT, col, kms);
+    Value atk = ir::Compare(CompareDir::kEQ, col, kms);
+    m = ir::Select(ir::Binary(Op::kAnd, below, right), ir::Binary(Op::kSub, m, outer), m);
+    m = ir::Select(ir::Binary(Op::kAnd, below, atk), lb, m);
+    return {m, perm, info, piv};
+  };
+  std::vector<Value> out = ir::ForLoop(steps, init, step);
+  return {out[0], out[1], out[3], out[2]};
+}
+
 // [..., n, n] -> [B, n, n] and back.
 Value FlattenBatch(const Value& x) {
   int r = x.rank();
@@ -177,7 +239,7 @@ std::vector<int64_t> With(std::vector<int64_t> batch, std::initializer_list<int6
 // Square float matrices of a size the unrolled LU takes.
 void RequireLu(const Value& a, bool allow_empty = false) {
   RequireSquare(a);
-  if (a.dims()[a.rank() - 1] > kMaxUnrolledLu || (!allow_empty && a.shape().numel() == 0)) throw NotLowered{};
+  if (a.dims()[a.rank() - 1] > kMaxLu || (!allow_empty && a.shape().numel() == 0)) throw NotLowered{};
 }
 
 // X = A^-1 B (B: [B, n, k]) from A's LU.
@@ -205,6 +267,20 @@ Value PermOfPivots(const Value& pivots) {
   int64_t bt = pivots.dims()[0], n = pivots.dims()[1];
   ir::Shape vs(DType::kS64, {bt, n});
   Value row_v = ir::Iota(vs, 1), perm = row_v;
+  if (n > kMaxUnrolledLu) {
+    auto step = [&](const Value& k, const std::vector<Value>& c) -> std::vector<Value> {
+      Value piv = c[1], zero = ir::ConstantInt(0, DType::kS64);
+      Value rv = ir::Iota(vs, 1);
+      Value p = ir::Binary(Op::kSub, Cast(ir::Reshape(ir::DynamicSlice(piv, {zero, k}, {bt, 1}), {bt}), DType::kS64),
+                           ir::Full(1, ir::Shape(DType::kS64, {bt})));
+      Value pb = ir::BroadcastInDim(p, {bt, n}, {0});
+      Value kk = ir::BroadcastInDim(k, {bt, n}, {});
+      Value swap = ir::Select(ir::Compare(CompareDir::kEQ, rv, kk), pb,
+                              ir::Select(ir::Compare(CompareDir::kEQ, rv, pb), kk, rv));
+      return {ir::Reshape(GatherRows(ir::Reshape(c[0], {bt, n, 1}), swap), {bt, n}), piv};
+    };
+    return ir::ForLoop(n, {perm, pivots}, step)[0];
+  }
   for (int64_t k = 0; k < n; ++k) {
     Value p = ir::Binary(Op::kSub, Cast(ir::Reshape(ir::Slice(pivots, {0, k}, {bt, k + 1}, {1, 1}), {bt}), DType::kS64),
                          ir::Full(1, ir::Shape(DType::kS64, {bt})));
@@ -237,9 +313,104 @@ Value MatT(const Value& x) {
   return ir::Transpose(x, perm);
 }
 
+// ---- Householder QR with LAPACK's reflectors (dgeqrf/dlarfg: beta = -sign(alpha) ||x||, tau =
+// (beta - alpha) / beta, v = x / (alpha - beta) with v0 = 1 (scaled by the reciprocal, as dlarfg);
+// a zero sub-column gives tau = 0, H = I), so R's diagonal signs are LAPACK's; Q = H0 ... H(k-1)
+// applied to the identity's first columns (dorgqr), accumulated backwards. Both are loops over
+// the columns (ir::ForLoop).
+struct Qr {
+  Value q, r;
+};
+
+Qr HouseholderQr(const Value& a, bool complete) {  // a: [B, m, n] float
+  int64_t bt = a.dims()[0], m = a.dims()[1], n = a.dims()[2], k = std::min(m, n);
+  DType t = a.dtype();
+  ir::Shape vs(DType::kS64, {bt, m});
+  auto factor = [&](const Value& j, const std::vector<Value>& c) -> std::vector<Value> {
+    Value A = c[0], V = c[1], taus = c[2];
+    Value zero = ir::ConstantInt(0, DType::kS64);
+    Value row = ir::Iota(vs, 1);
+    Value jb = ir::BroadcastInDim(j, {bt, m}, {});
+    Value below = ir::Compare(CompareDir::kGT, row, jb), at = ir::Compare(CompareDir::kEQ, row, jb);
+    Value col = ir::Reshape(ir::DynamicSlice(A, {zero, zero, j}, {bt, m, 1}), {bt, m});
+    Value alpha = ir::Reshape(ir::DynamicSlice(A, {zero, j, j}, {bt, 1, 1}), {bt});
+    Value x = ir::Select(below, col, ir::Full(0, col.shape()));
+    Value xnorm = ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, x, x), {1}));
+    Value h = ir::Unary(Op::kSqrt, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, alpha, alpha), ir::Binary(Op::kMul, xnorm, xnorm)));
+    Value nonneg = ir::Compare(CompareDir::kGE, alpha, ir::Full(0, alpha.shape()));
+    Value identity = ir::Compare(CompareDir::kEQ, xnorm, ir::Full(0, xnorm.shape()));
+    Value beta = ir::Select(identity, alpha, ir::Select(nonneg, ir::Unary(Op::kNeg, h), h));
+    Value tau = ir::Select(identity, ir::Full(0, beta.shape()), ir::Binary(Op::kDiv, ir::Binary(Op::kSub, beta, alpha), beta));
+    Value scale = ir::Binary(Op::kDiv, ir::Full(1, beta.shape()), ir::Binary(Op::kSub, alpha, beta));
+    scale = ir::Select(identity, ir::Full(0, scale.shape()), scale);
+    Value v = ir::Select(below, ir::Binary(Op::kMul, col, ir::BroadcastInDim(scale, {bt, m}, {0})),
+                         ir::Select(at, ir::Full(1, col.shape()), ir::Full(0, col.shape())));
+    // A[:, j+1:] -= tau v (v^T A); column j becomes R's: beta on the diagonal, zeros below.
+    Value w = ir::DotGeneral(v, A, {0}, {0}, {1}, {1}, t);  // [B, n]
+    Value upd = ir::Binary(Op::kMul, ir::BroadcastInDim(ir::Binary(Op::kMul, v, ir::BroadcastInDim(tau, {bt, m}, {0})), {bt, m, n}, {0, 1}),
+                           ir::BroadcastInDim(w, {bt, m, n}, {0, 2}));
+    ir::Shape ms(DType::kS64, {bt, m, n});
+    Value cols = ir::Iota(ms, 2), rows3 = ir::Iota(ms, 1), j3 = ir::BroadcastInDim(j, ms.dims, {});
+    Value right = ir::Compare(CompareDir::kGT, cols, j3), atcol = ir::Compare(CompareDir::kEQ, cols, j3);
+    A = ir::Select(right, ir::Binary(Op::kSub, A, upd), A);
+    Value rcol = ir::Select(ir::Compare(CompareDir::kEQ, rows3, j3), ir::BroadcastInDim(beta, {bt, m, n}, {0}),
+                            ir::Select(ir::Compare(CompareDir::kGT, rows3, j3), ir::Full(0, A.shape()), A));
+    A = ir::Select(atcol, rcol, A);
+    V = ir::DynamicUpdateSlice(V, ir::Reshape(v, {bt, m, 1}), {zero, zero, j});
+    taus = ir::DynamicUpdateSlice(taus, ir::Reshape(tau, {bt, 1}), {zero, j});
+    return {A, V, taus};
+  };
+  std::vector<Value> f = ir::ForLoop(k, {a, ir::Full(0, ir::Shape(t, {bt, m, k})), ir::Full(0, ir::Shape(t, {bt, k}))}, factor);
+  int64_t qc = complete ? m : k;
+  ir::Shape qs(t, {bt, m, qc});
+  Value eye = ir::Select(ir::Compare(CompareDir::kEQ, ir::Iota(ir::Shape(DType::kS64, qs.dims), 1),
+                                     ir::Iota(ir::Shape(DType::kS64, qs.dims), 2)),
+                         ir::Full(1, qs), ir::Full(0, qs));
+  auto accumulate = [&](const Value& i, const std::vector<Value>& c) -> std::vector<Value> {
+    Value Q = c[0], V = c[1], taus = c[2];
+    Value zero = ir::ConstantInt(0, DType::kS64);
+    Value j = ir::Binary(Op::kSub, ir::ConstantInt(k - 1, DType::kS64), i);
+    Value v = ir::Reshape(ir::DynamicSlice(V, {zero, zero, j}, {bt, m, 1}), {bt, m});
+    Value tau = ir::Reshape(ir::DynamicSlice(taus, {zero, j}, {bt, 1}), {bt});
+    Value w = ir::DotGeneral(v, Q, {0}, {0}, {1}, {1}, t);  // [B, qc]
+    Value upd = ir::Binary(Op::kMul, ir::BroadcastInDim(ir::Binary(Op::kMul, v, ir::BroadcastInDim(tau, {bt, m}, {0})), qs.dims, {0, 1}),
+                           ir::BroadcastInDim(w, qs.dims, {0, 2}));
+    return {ir::Binary(Op::kSub, Q, upd), V, taus};
+  };
+  Value q = ir::ForLoop(k, {eye, f[1], f[2]}, accumulate)[0];
+  Value r = f[0];
+  if (!complete && m > k) r = ir::Slice(r, {0, 0, 0}, {bt, k, n}, {1, 1, 1});
+  // R is upper triangular (the loop leaves the reflectors' zeros below the diagonal already, and
+  // columns beyond k keep their rows below k only when m > n... which cannot happen: k = n there).
+  return {q, KeepTriangle(r, false)};
+}
+
 }  // namespace
 
 void AddLinalgRows(std::vector<OpRow>& rows) {
+  rows.push_back({"linalg_qr", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    std::string mode = a.IsNone(1) ? "reduced" : a.Str(1);
+    int r = x.rank();
+    if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
+    if (mode != "reduced" && mode != "complete" && mode != "r") throw NotLowered{};  // eager's error
+    int64_t m = x.dims()[r - 2], n = x.dims()[r - 1];
+    if (std::max(m, n) > kMaxLu) throw NotLowered{};
+    auto batch = BatchOf(x);
+    if (x.shape().numel() == 0) {  // Q: the identity's first columns; R: zeros
+      int64_t k0 = std::min(m, n), qc = mode == "complete" ? m : k0;
+      ir::Shape qs(x.dtype(), With(batch, {m, qc}));
+      Value eye = ir::Select(IndexCompare(ir::Full(0, qs), CompareDir::kEQ), ir::Full(1, qs), ir::Full(0, qs));
+      Value R = ir::Full(0, ir::Shape(x.dtype(), With(batch, {mode == "complete" ? m : k0, n})));
+      if (mode == "r") return {ir::Full(0, ir::Shape(x.dtype(), {0})), R};
+      return {eye, R};
+    }
+    Qr f = HouseholderQr(ir::Reshape(x, {ProductOf(batch), m, n}), mode == "complete");
+    int64_t k = std::min(m, n);
+    Value R = ir::Reshape(f.r, With(batch, {mode == "complete" ? m : k, n}));
+    if (mode == "r") return {ir::Full(0, ir::Shape(x.dtype(), {0})), R};
+    return {ir::Reshape(f.q, With(batch, {m, mode == "complete" ? m : k})), R};
+  }});
   rows.push_back({"linalg_cholesky_ex", [](OpArgs& a) -> V {
     Value x = a.V(0);
     bool upper = a.Bool(1);
@@ -301,7 +472,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     int r = x.rank();
     if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
     int64_t rows = x.dims()[r - 2], n = x.dims()[r - 1], k = std::min(rows, n);
-    if (std::max(rows, n) > kMaxUnrolledLu) throw NotLowered{};
+    if (std::max(rows, n) > kMaxLu) throw NotLowered{};
     auto batch = BatchOf(x);
     if (x.shape().numel() == 0) {
       return {ir::Full(0, x.shape()), ir::Full(1, ir::Shape(DType::kS32, With(batch, {k}))),
