@@ -431,6 +431,37 @@ def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
         torch.testing.assert_close(xp.cpu(), cp.detach(), rtol=1e-3, atol=1e-5)
 
 
+def test_cpu_scalar_pack_and_increment_helpers_match_torch():
+    """The C++ helpers of the packed CPU part give torch.stack's and _foreach_add_'s results (and
+    version bumps), and decline what they do not handle (the caller then uses the torch ops)."""
+    from torch_xla import _C
+    for dt in (torch.float32, torch.float64, torch.int64, torch.int32):
+        a = [torch.tensor(v, dtype=dt) for v in (3, 7, 11)]
+        args = (torch.zeros(2), a[0], a[1], 5, a[2])
+        packed = _C._dynamo_pack_cpu_scalars(args, [[1, 2, 4]])
+        assert len(packed) == 1 and packed[0].dtype == dt
+        torch.testing.assert_close(packed[0], torch.stack(a))
+        ref = [t.clone() for t in a]
+        versions = [t._version for t in a]
+        c = 1 if dt in (torch.int64, torch.int32) else 0.1
+        assert _C._dynamo_add_cpu_scalars(args, [([1, 4], c), ([2], 2)])
+        torch._foreach_add_([ref[0], ref[2]], c)
+        torch._foreach_add_([ref[1]], 2)
+        for t, r, v in zip(a, ref, versions):
+            assert t.dtype == dt and t.item() == r.item()
+            assert t._version == v + 1
+    # bfloat16 counters, a float added to an int counter, a non-scalar, an XLA tensor: declined
+    b = torch.tensor(1.0, dtype=torch.bfloat16)
+    assert not _C._dynamo_add_cpu_scalars((b,), [([0], 1)]) and b.item() == 1.0
+    i = torch.tensor(1)
+    assert not _C._dynamo_add_cpu_scalars((i,), [([0], 0.5)]) and i.item() == 1
+    assert _C._dynamo_pack_cpu_scalars((torch.zeros(2), torch.tensor(1.0)), [[0, 1]]) is None
+    assert _C._dynamo_pack_cpu_scalars((torch.tensor(1.0), torch.tensor(1, dtype=torch.int64)), [[0, 1]]) is None
+    assert _C._dynamo_pack_cpu_scalars((torch.tensor(1.0, device=DEV),), [[0]]) is None
+    r = torch.tensor(1.0, requires_grad=True)
+    assert not _C._dynamo_add_cpu_scalars((r,), [([0], 1)]) and r.item() == 1.0
+
+
 # ----------------------------------------------------------------------------- guards, graph breaks
 
 def test_two_batch_sizes_compile_once_each():

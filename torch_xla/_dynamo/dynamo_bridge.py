@@ -273,12 +273,17 @@ class _Packed:
             self.mutate = torch.fx.GraphModule(gm, cg).forward
 
     def __call__(self, *args):
-        packed = [torch.stack([args[i] for i in g]) for g in self.groups]
+        # The stacking and the counters' increments in C++ (no dispatcher, no new tensors but the
+        # packed ones); the torch ops when an argument or dtype is not one it handles.
+        packed = _C._dynamo_pack_cpu_scalars(args, self.groups)
+        if packed is None:
+            packed = [torch.stack([args[i] for i in g]) for g in self.groups]
         out = self.xla(*[args[i] for i in self.xla_inputs], *packed)
         if self.increments is not None:
-            with torch.no_grad():
-                for positions, c in self.increments:
-                    torch._foreach_add_([args[i] for i in positions], c)
+            if not _C._dynamo_add_cpu_scalars(args, self.increments):
+                with torch.no_grad():
+                    for positions, c in self.increments:
+                        torch._foreach_add_([args[i] for i in positions], c)
         elif self.mutate is not None:
             self.mutate(*[args[i] for i in self.cpu_inputs])
         return out
