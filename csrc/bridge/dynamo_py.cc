@@ -135,12 +135,20 @@ void Restore(const Trace& tr) {
   graph::TakePendingChecks(tr.start.device, tr.start.checks_before);
 }
 
-std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name) {
+std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name,
+                                const std::vector<int>& may_donate) {
   std::vector<graph::TensorPtr> outs;
   for (const auto& o : outputs) outs.push_back(bridge::XlaFromUser(o));
   auto h = std::make_shared<Handle>();
   h->layout = tr.layout;
-  h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name);
+  // Argument positions -> tensor input indices.
+  std::vector<bool> donate(tr.layout.tensor_pos.size(), false);
+  for (int pos : may_donate) {
+    for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
+      if (tr.layout.tensor_pos[k] == pos) donate[k] = true;
+    }
+  }
+  h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name, donate);
   return h;
 }
 
@@ -297,6 +305,11 @@ void RegisterDynamoBindings(py::module& m) {
         for (const auto& [input, root] : h.g->mutated) v.push_back(h.layout.tensor_pos[input]);
         return v;
       })
+      .def_property_readonly("donated_inputs", [](const Handle& h) {
+        std::vector<int> v;
+        for (const auto& [param, input] : h.g->donate) v.push_back(h.layout.tensor_pos[input]);
+        return v;
+      })
       .def_property_readonly("uses_rng", [](const Handle& h) { return h.g->seed_root >= 0; })
       .def_property_readonly("input_shapes", [](const Handle& h) {
         std::vector<std::string> v;
@@ -305,7 +318,8 @@ void RegisterDynamoBindings(py::module& m) {
       });
   m.def("_dynamo_begin", &Begin, py::arg("args"));
   m.def("_dynamo_restore", &Restore, py::arg("trace"));
-  m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"));
+  m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"),
+        py::arg("may_donate") = std::vector<int>{});
   m.def("_dynamo_run", &Run, py::arg("graph"), py::arg("args"));
   m.def("_dynamo_pack_cpu_scalars", &PackCpuScalars, py::arg("args"), py::arg("groups"));
   m.def("_dynamo_add_cpu_scalars", &AddCpuScalars, py::arg("args"), py::arg("increments"));

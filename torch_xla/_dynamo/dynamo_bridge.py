@@ -475,8 +475,13 @@ class CompiledGraph:
             else:
                 spec.append((2, o))
                 plain = False
+        # Inputs that may donate their buffers to their new values when the graph writes them
+        # (optimizer state, BatchNorm statistics; a call donates only when it holds the buffers
+        # alone). Not parameters: autograd's saved state of the step (the forward's detached
+        # aliases of its inputs) still holds them while the optimizer writes them.
+        may_donate = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.requires_grad]
         try:
-            handle = _C._dynamo_compile(trace, tensors, self.name)
+            handle = _C._dynamo_compile(trace, tensors, self.name, may_donate)
         except Exception as err:  # noqa: BLE001
             _C._dynamo_restore(trace)
             return self._lazy(f"capture failed ({type(err).__name__}: {err})")
