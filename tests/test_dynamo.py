@@ -431,6 +431,94 @@ def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
         torch.testing.assert_close(xp.cpu(), cp.detach(), rtol=1e-3, atol=1e-5)
 
 
+def test_cpu_scalar_pack_and_increment_helpers_match_torch():
+    """The C++ helpers of the packed CPU part give torch.stack's and _foreach_add_'s results (and
+    version bumps), and decline what they do not handle (the caller then uses the torch ops)."""
+    from torch_xla import _C
+    for dt in (torch.float32, torch.float64, torch.int64, torch.int32):
+        a = [torch.tensor(v, dtype=dt) for v in (3, 7, 11)]
+        args = (torch.zeros(2), a[0], a[1], 5, a[2])
+        packed = _C._dynamo_pack_cpu_scalars(args, [[1, 2, 4]])
+        assert len(packed) == 1 and packed[0].dtype == dt
+        torch.testing.assert_close(packed[0], torch.stack(a))
+        ref = [t.clone() for t in a]
+        versions = [t._version for t in a]
+        c = 1 if dt in (torch.int64, torch.int32) else 0.1
+        assert _C._dynamo_add_cpu_scalars(args, [([1, 4], c), ([2], 2)])
+        torch._foreach_add_([ref[0], ref[2]], c)
+        torch._foreach_add_([ref[1]], 2)
+        for t, r, v in zip(a, ref, versions):
+            assert t.dtype == dt and t.item() == r.item()
+            assert t._version == v + 1
+    # bfloat16 counters, a float added to an int counter, a non-scalar, an XLA tensor: declined
+    b = torch.tensor(1.0, dtype=torch.bfloat16)
+    assert not _C._dynamo_add_cpu_scalars((b,), [([0], 1)]) and b.item() == 1.0
+    i = torch.tensor(1)
+    assert not _C._dynamo_add_cpu_scalars((i,), [([0], 0.5)]) and i.item() == 1
+    assert _C._dynamo_pack_cpu_scalars((torch.zeros(2), torch.tensor(1.0)), [[0, 1]]) is None
+    assert _C._dynamo_pack_cpu_scalars((torch.tensor(1.0), torch.tensor(1, dtype=torch.int64)), [[0, 1]]) is None
+    assert _C._dynamo_pack_cpu_scalars((torch.tensor(1.0, device=DEV),), [[0]]) is None
+    r = torch.tensor(1.0, requires_grad=True)
+    assert not _C._dynamo_add_cpu_scalars((r,), [([0], 1)]) and r.item() == 1.0
+
+
+def test_optimizer_state_buffers_are_donated_only_when_held_alone():
+    """The optimizer graph's written state (exp_avg, exp_avg_sq) gives its buffers to its new values
+    (XLA updates them in place) when nothing else holds them; a copy taken of the state keeps its
+    value (that call does not donate); results stay eager's."""
+    batches = _mlp_batches(6)
+    cpu_model = _mlp()
+    xla_model = copy.deepcopy(cpu_model).to(DEV)
+    copt = torch.optim.Adam(cpu_model.parameters(), lr=1e-2, foreach=True)
+    xopt = torch.optim.Adam(xla_model.parameters(), lr=1e-2, foreach=True)
+
+    def make_step(model, opt):
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    cstep, xstep = make_step(cpu_model, copt), torch.compile(make_step(xla_model, xopt), backend="openxla")
+    donating = []
+    kept = None
+    for k, (x, y) in enumerate(batches):
+        if k == 4:  # a copy of one state tensor: shares its buffer until it is written
+            p0 = next(iter(xla_model.parameters()))
+            kept = (xopt.state[p0]["exp_avg"].clone(), xopt.state[p0]["exp_avg"].cpu())
+        before = met.counter_value("DynamoDonatingCall") or 0
+        torch.testing.assert_close(xstep(x.to(DEV), y.to(DEV)).item(), cstep(x, y).item(), rtol=1e-4, atol=1e-5)
+        donating.append((met.counter_value("DynamoDonatingCall") or 0) - before)
+    assert donating[2] == 1 and donating[3] == 1, donating  # steady state: the optimizer graph donates
+    assert donating[4] == 0, donating                       # not while a copy shares a buffer
+    assert donating[5] == 1, donating
+    torch.testing.assert_close(kept[0].cpu(), kept[1])      # the copy kept its value
+    for cp, xp in zip(cpu_model.parameters(), xla_model.parameters()):
+        cs, xs = copt.state[cp], xopt.state[xp]
+        torch.testing.assert_close(xs["exp_avg"].cpu(), cs["exp_avg"], rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(xs["exp_avg_sq"].cpu(), cs["exp_avg_sq"], rtol=1e-3, atol=1e-7)
+        torch.testing.assert_close(xp.cpu(), cp.detach(), rtol=1e-3, atol=1e-5)
+
+
+def test_batchnorm_running_stats_donated_and_equal_to_eager():
+    """BatchNorm's running statistics (written by the forward graph) are donated too."""
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+    xla = copy.deepcopy(cpu).to(DEV)
+    f = torch.compile(xla, backend="openxla_eval")
+    before = met.counter_value("DynamoDonatingCall") or 0
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(32, 8)
+            torch.testing.assert_close(f(x.to(DEV)).cpu(), cpu(x), rtol=1e-4, atol=1e-5)
+    assert (met.counter_value("DynamoDonatingCall") or 0) - before >= 2
+    torch.testing.assert_close(xla[1].running_mean.cpu(), cpu[1].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xla[1].running_var.cpu(), cpu[1].running_var, rtol=1e-5, atol=1e-6)
+    assert xla[1].num_batches_tracked.item() == cpu[1].num_batches_tracked.item() == 4
+
+
 # ----------------------------------------------------------------------------- guards, graph breaks
 
 def test_two_batch_sizes_compile_once_each():

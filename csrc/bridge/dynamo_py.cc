@@ -7,6 +7,8 @@
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
 
+#include <cstring>
+
 #include "bridge/bridge.h"
 #include "graph/dynamo.h"
 #include "util/metrics.h"
@@ -133,12 +135,20 @@ void Restore(const Trace& tr) {
   graph::TakePendingChecks(tr.start.device, tr.start.checks_before);
 }
 
-std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name) {
+std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name,
+                                const std::vector<int>& may_donate) {
   std::vector<graph::TensorPtr> outs;
   for (const auto& o : outputs) outs.push_back(bridge::XlaFromUser(o));
   auto h = std::make_shared<Handle>();
   h->layout = tr.layout;
-  h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name);
+  // Argument positions -> tensor input indices.
+  std::vector<bool> donate(tr.layout.tensor_pos.size(), false);
+  for (int pos : may_donate) {
+    for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
+      if (tr.layout.tensor_pos[k] == pos) donate[k] = true;
+    }
+  }
+  h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name, donate);
   return h;
 }
 
@@ -184,6 +194,97 @@ py::object Run(const Handle& h, const py::sequence& args) {
   return std::move(out);
 }
 
+
+// A 0-dim CPU tensor (an optimizer's `step` counter) read or written directly; nullptr if `o` is
+// anything else (another device, a view with a grad function, requires_grad).
+at::TensorImpl* CpuScalar(PyObject* o) {
+  if (!THPVariable_Check(o)) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(o);
+  if (!t.defined() || !t.device().is_cpu() || t.dim() != 0 || t.requires_grad() || t.is_sparse() ||
+      t.is_quantized() || t.is_conj() || t.is_neg() || !t.has_storage()) {
+    return nullptr;
+  }
+  return t.unsafeGetTensorImpl();
+}
+
+// torch.stack of 0-dim CPU tensors of one dtype, without the dispatcher: one 1-d CPU tensor per
+// group of argument positions (the packed upload of a compiled graph's CPU scalars). None when an
+// argument is not such a tensor or the dtypes differ (the caller stacks them itself).
+py::object PackCpuScalars(const py::sequence& args, const std::vector<std::vector<int>>& groups) {
+  if (!PyTuple_Check(args.ptr()) && !PyList_Check(args.ptr())) return py::none();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(args.ptr());
+  py::list out(groups.size());
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const auto& g = groups[k];
+    if (g.empty()) return py::none();
+    std::vector<at::TensorImpl*> impls;
+    impls.reserve(g.size());
+    for (int i : g) {
+      if (i < 0 || i >= n) return py::none();
+      at::TensorImpl* impl = CpuScalar(PySequence_Fast_GET_ITEM(args.ptr(), i));
+      if (!impl || (!impls.empty() && impl->dtype() != impls[0]->dtype())) return py::none();
+      impls.push_back(impl);
+    }
+    at::Tensor packed = at::empty({static_cast<int64_t>(g.size())},
+                                  at::TensorOptions().dtype(impls[0]->dtype()).device(at::kCPU));
+    const size_t es = impls[0]->dtype().itemsize();
+    char* dst = static_cast<char*>(packed.data_ptr());
+    for (size_t j = 0; j < impls.size(); ++j) std::memcpy(dst + j * es, impls[j]->data(), es);
+    out[k] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(packed)));
+  }
+  return std::move(out);
+}
+
+template <typename T, typename Op>
+void AddScalar(at::TensorImpl* impl, Op c) {
+  T* p = static_cast<T*>(impl->mutable_data());
+  *p = static_cast<T>(*p + c);
+}
+
+// `s += c` for every 0-dim CPU tensor at the given positions, as `torch._foreach_add_(ss, c)`
+// computes it (the sum in the tensor's dtype; float32 adds in float) with a version bump each.
+// False (nothing written) when one is not such a tensor or its dtype is not handled here.
+bool AddCpuScalars(const py::sequence& args, const std::vector<std::pair<std::vector<int>, py::object>>& incs) {
+  if (!PyTuple_Check(args.ptr()) && !PyList_Check(args.ptr())) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(args.ptr());
+  std::vector<std::pair<at::TensorImpl*, py::handle>> todo;
+  for (const auto& [positions, c] : incs) {
+    const bool is_int = PyLong_Check(c.ptr()) && !PyBool_Check(c.ptr());
+    if (!is_int && !PyFloat_Check(c.ptr())) return false;
+    for (int i : positions) {
+      if (i < 0 || i >= n) return false;
+      at::TensorImpl* impl = CpuScalar(PySequence_Fast_GET_ITEM(args.ptr(), i));
+      if (!impl || impl->is_inference()) return false;
+      const auto st = impl->dtype().toScalarType();
+      const bool ok = st == at::kFloat || st == at::kDouble || (is_int && (st == at::kLong || st == at::kInt));
+      if (!ok) return false;
+      todo.emplace_back(impl, c);
+    }
+  }
+  for (auto& [impl, c] : todo) {
+    switch (impl->dtype().toScalarType()) {
+      case at::kFloat:
+        AddScalar<float>(impl, PyLong_Check(c.ptr()) ? static_cast<float>(PyLong_AsLongLong(c.ptr()))
+                                                     : static_cast<float>(PyFloat_AsDouble(c.ptr())));
+        break;
+      case at::kDouble:
+        AddScalar<double>(impl, PyLong_Check(c.ptr()) ? static_cast<double>(PyLong_AsLongLong(c.ptr()))
+                                                      : PyFloat_AsDouble(c.ptr()));
+        break;
+      case at::kLong:
+        AddScalar<int64_t>(impl, static_cast<int64_t>(PyLong_AsLongLong(c.ptr())));
+        break;
+      case at::kInt:
+        AddScalar<int32_t>(impl, static_cast<int32_t>(PyLong_AsLongLong(c.ptr())));
+        break;
+      default:
+        break;
+    }
+    impl->bump_version();
+  }
+  return true;
+}
+
 }  // namespace
 
 namespace txla::bridge {
@@ -204,6 +305,11 @@ void RegisterDynamoBindings(py::module& m) {
         for (const auto& [input, root] : h.g->mutated) v.push_back(h.layout.tensor_pos[input]);
         return v;
       })
+      .def_property_readonly("donated_inputs", [](const Handle& h) {
+        std::vector<int> v;
+        for (const auto& [param, input] : h.g->donate) v.push_back(h.layout.tensor_pos[input]);
+        return v;
+      })
       .def_property_readonly("uses_rng", [](const Handle& h) { return h.g->seed_root >= 0; })
       .def_property_readonly("input_shapes", [](const Handle& h) {
         std::vector<std::string> v;
@@ -212,8 +318,11 @@ void RegisterDynamoBindings(py::module& m) {
       });
   m.def("_dynamo_begin", &Begin, py::arg("args"));
   m.def("_dynamo_restore", &Restore, py::arg("trace"));
-  m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"));
+  m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"),
+        py::arg("may_donate") = std::vector<int>{});
   m.def("_dynamo_run", &Run, py::arg("graph"), py::arg("args"));
+  m.def("_dynamo_pack_cpu_scalars", &PackCpuScalars, py::arg("args"), py::arg("groups"));
+  m.def("_dynamo_add_cpu_scalars", &AddCpuScalars, py::arg("args"), py::arg("increments"));
   m.def("_dynamo_debug_enabled", []() {
     graph::RefreshDebugLevel();
     return graph::DebugLevel() > 0;

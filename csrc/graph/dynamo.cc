@@ -1,5 +1,6 @@
 #include "graph/dynamo.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -27,7 +28,8 @@ DynamoTraceStart DynamoBeginTrace(const std::vector<TensorPtr>& inputs, int devi
 }
 
 std::shared_ptr<DynamoGraph> DynamoCompile(const DynamoTraceStart& start, const std::vector<TensorPtr>& inputs_after,
-                                           const std::vector<TensorPtr>& outputs, const std::string& name) {
+                                           const std::vector<TensorPtr>& outputs, const std::string& name,
+                                           const std::vector<bool>& may_donate) {
   if (SyncExecutionCount() != start.executions_before) {
     throw std::runtime_error("the graph ran a computation while it was traced (it reads a value on the host)");
   }
@@ -89,6 +91,33 @@ std::shared_ptr<DynamoGraph> DynamoCompile(const DynamoTraceStart& start, const 
   }
   for (const auto& t : start.inputs) g->input_shapes.push_back(t->shape());
   for (const auto& r : roots) g->root_shapes.push_back(r.shape());
+  // The donating executable: each written input that the graph reads gives its buffer to its new
+  // value (same shape and dtype by construction).
+  if (ParamAliasingEnabled() && !g->mutated.empty()) {
+    std::unordered_map<int, int> param_of_input;
+    for (size_t p = 0; p < g->params.size(); ++p) {
+      if (g->params[p].kind == DynamoParam::kInput) param_of_input.emplace(g->params[p].input, static_cast<int>(p));
+    }
+    std::vector<std::pair<int, int>> aliases;
+    std::vector<std::pair<int, int>> donate;
+    for (const auto& [input, root] : g->mutated) {
+      auto it = param_of_input.find(input);
+      if (it == param_of_input.end() || g->input_shapes[input] != g->root_shapes[root]) continue;
+      if (static_cast<size_t>(input) >= may_donate.size() || !may_donate[input]) continue;
+      const ir::DeviceDataPtr& d = start.input_data[input];
+      if (!d || d->IsSpmd()) continue;
+      aliases.emplace_back(it->second, root);
+      donate.emplace_back(it->second, input);
+    }
+    if (!aliases.empty()) {
+      std::sort(aliases.begin(), aliases.end());
+      std::vector<const ir::Node*> params2;
+      metrics::Timer timer("DynamoCompileGraphTime");
+      g->exe_donate = CompileGraph(roots, start.device, name, &params2, aliases);
+      if (params2.size() != params.size()) throw std::runtime_error("internal: the donating executable's parameters differ");
+      g->donate = std::move(donate);
+    }
+  }
   return g;
 }
 
@@ -112,6 +141,16 @@ std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector
     // As PyTorch/XLA: counts the calls whose inputs were still lazy values and had to run first.
     metrics::IncrementCounter("DynamoSyncInputExecuteTime");
     SyncTensors(&pending, SyncOptions{});
+  }
+  // Donate when every written input's buffer is held by that input alone: its device data by its
+  // one lazy tensor (no other tensor, pending graph or cache reads it), that tensor by the input's
+  // tensor and this call (no second argument or alias shares it).
+  bool donate = g.exe_donate != nullptr;
+  for (size_t k = 0; k < g.donate.size() && donate; ++k) {
+    const TensorPtr& t = inputs[g.donate[k].second];
+    const ir::DeviceDataPtr& d = t->data();
+    donate = t.use_count() <= 2 && d && d.use_count() == 1 && d->donatable && !d->donated && !d->IsSpmd() &&
+             d->buffer.get() != nullptr && t->error().empty() && !t->HasPending();
   }
   std::vector<PJRT_Buffer*> args;
   args.reserve(g.params.size());
@@ -141,15 +180,27 @@ std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector
   std::vector<runtime::Buffer> outs;
   {
     int64_t launch = metrics::NowNs();
-    outs = GetClient().Execute(*g.exe, args, g.device);
+    outs = GetClient().Execute(donate ? *g.exe_donate : *g.exe, args, g.device);
+    // The donated buffers now belong to the results. Their PJRT handles are released once the
+    // execution is done (destroying a donated handle earlier waits for it: see the sync's donation).
+    auto donated_buffers = std::make_shared<std::vector<runtime::Buffer>>();
+    if (donate) {
+      metrics::IncrementCounter("DynamoDonatingCall");
+      for (const auto& [param, input] : g.donate) {
+        ir::DeviceData* d = inputs[input]->data().get();
+        d->donated = true;
+        donated_buffers->push_back(std::move(d->buffer));
+      }
+    }
     metrics::AddSample("DynamoCallTime", static_cast<double>(metrics::NowNs() - start_ns),
                        metrics::Unit::kTime);
     if (!outs.empty()) {
       metrics::BeginPendingSample();
       bool registered = false;
       try {
-        registered = outs[0].OnReady([launch] {
+        registered = outs[0].OnReady([launch, donated_buffers] {
           metrics::EndPendingSample("ExecuteTime", static_cast<double>(metrics::NowNs() - launch), metrics::Unit::kTime);
+          donated_buffers->clear();  // the donation is confirmed once the results are defined
         });
       } catch (...) {
       }

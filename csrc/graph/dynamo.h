@@ -36,6 +36,12 @@ class DynamoGraph {
   std::vector<std::pair<int, int>> mutated;  // (input, result): inputs the graph writes in place
   int seed_root = -1;                        // result holding the advanced RNG seed, or -1
   std::vector<DynamoCheck> checks;           // in-graph index checks
+  // Buffer donation (XLA_ENABLE_PARAM_ALIASING, default on): a second executable whose parameters
+  // of written inputs are aliased to their new values, used by a call when every such input's
+  // buffer is held by that input alone (an optimizer step's parameters and state): XLA then
+  // writes the new values in place, no result buffer is allocated and no old one freed.
+  std::shared_ptr<const runtime::Executable> exe_donate;
+  std::vector<std::pair<int, int>> donate;   // (parameter, input) pairs it donates
 };
 
 // State recorded before tracing the graph with the example inputs (inputs must be materialized).
@@ -53,8 +59,11 @@ DynamoTraceStart DynamoBeginTrace(const std::vector<TensorPtr>& inputs, int devi
 // After tracing: `inputs_after` are the inputs' lazy tensors now (a different tensor or a pending
 // value: written in place), `outputs` the traced outputs. Compiles (through the graph cache) and
 // returns the callable. Throws if the trace ran a graph (the FX graph read a value on the host).
+// `may_donate[i]`: input i may give its buffer to its new value when the graph writes it (see
+// DynamoGraph::exe_donate).
 std::shared_ptr<DynamoGraph> DynamoCompile(const DynamoTraceStart& start, const std::vector<TensorPtr>& inputs_after,
-                                           const std::vector<TensorPtr>& outputs, const std::string& name);
+                                           const std::vector<TensorPtr>& outputs, const std::string& name,
+                                           const std::vector<bool>& may_donate = {});
 
 // One call: the inputs' current data (pending inputs are synced first) bound to the parameters.
 // Returns every result (outputs, then written inputs' new values, seed, checks); updates the

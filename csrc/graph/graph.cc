@@ -1198,11 +1198,7 @@ void SyncTensors(const std::vector<TensorPtr>* tensors, const SyncOptions& opts)
     throw;
   }
   SyncOptions o = opts;
-  static const bool aliasing = [] {
-    const char* e = std::getenv("XLA_ENABLE_PARAM_ALIASING");
-    return !(e && (std::string(e) == "0" || std::string(e) == "false"));
-  }();
-  o.donate = aliasing && tensors == nullptr && !opts.eager;
+  o.donate = ParamAliasingEnabled() && tensors == nullptr && !opts.eager;
   o.user_donors = !opts.eager && (tensors == nullptr || g_alias_with_donor_config.load());
   try {
     for (auto& [device, ts] : by_device) SyncDevice(ts, device, o);
@@ -1405,17 +1401,27 @@ void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool
 
 std::shared_ptr<const runtime::Executable> CompileGraph(const std::vector<Value>& roots, int device,
                                                         const std::string& name,
-                                                        std::vector<const Node*>* params) {
+                                                        std::vector<const Node*>* params,
+                                                        const std::vector<std::pair<int, int>>& aliases) {
   RefreshDebugLevel();
   CheckDevice(device);
   PostOrder po = ComputePostOrder(roots);
   metrics::AddSample("TensorsGraphSize", static_cast<double>(po.nodes.size()), metrics::Unit::kCount);
   Hash128 key = GraphHash(po, roots, device);
+  for (const auto& [param, result] : aliases) key = HashCombine(key, (static_cast<uint64_t>(param) << 32) | result);
   SyncOptions opts;
   opts.name = name;
-  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts, {}, false);
+  std::shared_ptr<Computation> comp = LookupOrCompile(key, po, roots, device, opts, aliases, !aliases.empty());
   *params = po.params;
   return std::shared_ptr<const runtime::Executable>(comp, &comp->exe);
+}
+
+bool ParamAliasingEnabled() {
+  static const bool aliasing = [] {
+    const char* e = std::getenv("XLA_ENABLE_PARAM_ALIASING");
+    return !(e && (std::string(e) == "0" || std::string(e) == "false"));
+  }();
+  return aliasing;
 }
 
 bool MaterializeConstant(const TensorPtr& t) {

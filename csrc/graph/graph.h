@@ -210,9 +210,14 @@ void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool
 // Finds (memory cache, persistent cache) or compiles the graph computing `roots` on `device`, named
 // `name` for debug output; *params receives the executable's parameters in order (device-data
 // nodes owned by the roots' graph).
+// `aliases` (parameter, result) donates those parameters' buffers to those results (a separate
+// executable: the pairs are part of the cache key).
 std::shared_ptr<const runtime::Executable> CompileGraph(const std::vector<ir::Value>& roots, int device,
                                                         const std::string& name,
-                                                        std::vector<const ir::Node*>* params);
+                                                        std::vector<const ir::Node*>* params,
+                                                        const std::vector<std::pair<int, int>>& aliases = {});
+// XLA_ENABLE_PARAM_ALIASING (default on): graphs donate the buffers of inputs they overwrite.
+bool ParamAliasingEnabled();
 // A pending tensor computed from constants alone (torch.ones_like(loss), the autograd seed) gets
 // the cached result of an earlier identical graph: no execution, no sync. False when the tensor
 // reads device data (or is not pending); the first time, the graph runs and its result is kept.

@@ -273,12 +273,17 @@ class _Packed:
             self.mutate = torch.fx.GraphModule(gm, cg).forward
 
     def __call__(self, *args):
-        packed = [torch.stack([args[i] for i in g]) for g in self.groups]
+        # The stacking and the counters' increments in C++ (no dispatcher, no new tensors but the
+        # packed ones); the torch ops when an argument or dtype is not one it handles.
+        packed = _C._dynamo_pack_cpu_scalars(args, self.groups)
+        if packed is None:
+            packed = [torch.stack([args[i] for i in g]) for g in self.groups]
         out = self.xla(*[args[i] for i in self.xla_inputs], *packed)
         if self.increments is not None:
-            with torch.no_grad():
-                for positions, c in self.increments:
-                    torch._foreach_add_([args[i] for i in positions], c)
+            if not _C._dynamo_add_cpu_scalars(args, self.increments):
+                with torch.no_grad():
+                    for positions, c in self.increments:
+                        torch._foreach_add_([args[i] for i in positions], c)
         elif self.mutate is not None:
             self.mutate(*[args[i] for i in self.cpu_inputs])
         return out
@@ -470,8 +475,13 @@ class CompiledGraph:
             else:
                 spec.append((2, o))
                 plain = False
+        # Inputs that may donate their buffers to their new values when the graph writes them
+        # (optimizer state, BatchNorm statistics; a call donates only when it holds the buffers
+        # alone). Not parameters: autograd's saved state of the step (the forward's detached
+        # aliases of its inputs) still holds them while the optimizer writes them.
+        may_donate = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.requires_grad]
         try:
-            handle = _C._dynamo_compile(trace, tensors, self.name)
+            handle = _C._dynamo_compile(trace, tensors, self.name, may_donate)
         except Exception as err:  # noqa: BLE001
             _C._dynamo_restore(trace)
             return self._lazy(f"capture failed ({type(err).__name__}: {err})")
