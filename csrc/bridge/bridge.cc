@@ -1043,11 +1043,22 @@ void RegisterKernels() {
   // fall back correctly). Run them under functionalization instead.
   for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear", "native_group_norm",
                            "block_diag", "_chunk_cat", "unsafe_split.Tensor", "unsafe_split_with_sizes",
-                           "mvlgamma"}) {
+                           "mvlgamma", "affine_grid_generator", "conv_tbc", "_euclidean_dist", "_stack"}) {
     std::string full(name), base = full.substr(0, full.find('.'));
     std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
     if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {
       lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
+    }
+  }
+  // CompositeExplicitAutograd kernels that call a CPU-only DispatchStub (eager CUDA has its own), and
+  // factories that write into views of a tensor they create (functionalization does not see tensors
+  // made inside a kernel without tensor inputs): the CPU fallback, correct and counted.
+  for (const char* name : {"kaiser_window", "kaiser_window.periodic", "kaiser_window.beta", "fft_fftfreq",
+                           "fft_rfftfreq"}) {
+    std::string full(name), base = full.substr(0, full.find('.'));
+    std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
+    if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {
+      lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&CpuFallback>());
     }
   }
   std::set<std::string> cpp_meta_ops;  // in-place ops whose C++ meta kernels were registered above
