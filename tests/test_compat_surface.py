@@ -901,11 +901,25 @@ def test_xla_metrics_file_written_at_exit(tmp_path):
     r = _run(code, env={"XLA_METRICS_FILE": str(path)})
     assert r.returncode == 0, r.stderr
     first = path.read_text()
+    assert first.startswith("[MetricsData; step=0]\n")
     assert "Metric: CompileTime" in first and "Counter: UncachedCompile" in first
     r = _run(code, env={"XLA_METRICS_FILE": str(path)})
     assert r.returncode == 0, r.stderr
     assert path.read_text().count("Metric: CompileTime") == 2  # appended
-    assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
+
+
+def test_xla_metrics_file_appends_a_block_per_step(tmp_path):
+    # upstream's metrics_saver: "[MetricsData; step=N]" + the report at every mark_step
+    path = tmp_path / "metrics.txt"
+    code = ("import torch, torch_xla, torch_xla.core.xla_model as xm\nx = torch.ones(3).to(torch_xla.device())\n"
+            "for _ in range(3):\n    x = x * 2\n    xm.mark_step()\nprint(x.cpu().tolist())")
+    r = _run(code, env={"XLA_METRICS_FILE": str(path)})
+    assert r.returncode == 0, r.stderr
+    text = path.read_text()
+    assert [f"[MetricsData; step={i}]" in text for i in range(4)] == [True] * 4  # 3 steps + exit
+    assert text.count("Counter: MarkStep") >= 3
+    r = _run(code, env={"XLA_METRICS_FILE": "STDERR"})
+    assert r.returncode == 0 and "[MetricsData; step=2]" in r.stderr and r.stdout.strip() == "[8.0, 8.0, 8.0]"
 
 
 def test_pt_xla_debug_file(tmp_path):

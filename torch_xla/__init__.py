@@ -83,6 +83,9 @@ def device_count() -> int:
     return _C._device_count()
 
 
+_METRICS_FILE = bool(os.environ.get("XLA_METRICS_FILE", "").strip())
+
+
 def sync(wait: bool = False):
     """Launches all pending graph operations.
 
@@ -94,6 +97,9 @@ def sync(wait: bool = False):
     _C._sync(None, wait, "")
     from .debug import metrics as _met
     _met._core.increment_counter("MarkStep")
+    if _METRICS_FILE:
+        from .debug import metrics_saver
+        metrics_saver.save_metrics()
     _xm._run_step_closures()
 
 
@@ -154,30 +160,9 @@ def real_devices() -> List[str]:
     return _XLAC._xla_real_devices()
 
 
-def _write_metrics_file_at_exit():
-    """XLA_METRICS_FILE=<path>: append the metrics report to <path> when the process exits
-    (written to a temporary file and renamed)."""
-    path = os.environ.get("XLA_METRICS_FILE", "").strip()
-    if not path:
-        return
-    from .debug import metrics as _met
-    report = _met.metrics_report()
-    try:
-        old = ""
-        if os.path.isfile(path):
-            with open(path) as f:
-                old = f.read()
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(old + report)
-        os.replace(tmp, path)
-    except OSError as e:
-        import sys
-        print(f"[torch_xla] XLA_METRICS_FILE: cannot write {path}: {e}", file=sys.stderr)
-
-
-if os.environ.get("XLA_METRICS_FILE", "").strip():
-    atexit.register(_write_metrics_file_at_exit)
+if os.environ.get("XLA_METRICS_FILE", "").strip():  # upstream appends the report at every step
+    from .debug import metrics_saver as _metrics_saver
+    atexit.register(_metrics_saver.save_metrics)
 
 from . import _XLAC  # noqa: E402  (upstream's low-level hooks; pure Python over _C)
 from . import experimental  # noqa: E402,F401
