@@ -960,3 +960,17 @@ def test_xlac_dot_general_matches_einsum():
         X._xla_dot_general(a.to(dev), b.to(dev), [2, 1])
     with pytest.raises(ValueError, match="out of range"):
         X._xla_dot_general(a.to(dev), b.to(dev), (([3], [1]), ([0], [0])))
+
+
+def test_clear_all_drops_samples_of_steps_in_flight():
+    # ExecuteTime is recorded when the results are ready; a step launched before clear_all() must
+    # not leave its sample behind after it (counts-after-clear tests were flaky).
+    d = torch_xla.device()
+    for _ in range(4):
+        x = torch.randn(300, 300, device=d)
+        for _ in range(4):
+            x = x @ x / 300
+        torch_xla.sync()
+        met.clear_all()
+        assert met.metric_data("ExecuteTime") is None
+    assert x.cpu().shape == (300, 300)

@@ -229,6 +229,9 @@ void ClearCounters() {
 }
 
 void ClearMetrics() {
+  // Samples of executions launched before the clear (ExecuteTime arrives from the ready callback)
+  // land first, then go with the rest: none of them can appear after clear_all().
+  AwaitPendingSamples();
   auto& r = Reg();
   std::lock_guard<std::mutex> g(r.mu);
   r.metrics.clear();
