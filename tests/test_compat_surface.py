@@ -31,7 +31,7 @@ CLEAN_ENV = {"CPU_NUM_DEVICES": None, "PJRT_DEVICE": None, "PJRT_PLUGIN_LIBRARY_
 # module -> names that must exist in it
 SURFACE = {
     "torch_xla": ["device", "devices", "device_count", "sync", "compile", "manual_seed", "step", "real_devices",
-                  "_XLAC", "experimental", "__version__"],
+                  "_XLAC", "experimental", "__version__", "launch"],
     "torch_xla._XLAC": [
         "_xla_set_mat_mul_precision", "_xla_get_mat_mul_precision", "_get_xla_tensors_text",
         "_get_xla_tensors_hlo", "_get_xla_tensor_debug_info", "_get_xla_tensor_dimension_size",
@@ -52,6 +52,9 @@ SURFACE = {
                                     "WORLD_SIZE", "LOCAL_RANK", "XLA_METRICS_FILE", "PT_XLA_DEBUG_FILE",
                                     "XLA_USE_BF16", "DEVICE_MAP", "WORKERS"],
     "torch_xla.core.functions": ["nms"],
+    "torch_xla.core.xla_builder": ["Type", "Shape", "Op", "create_builder", "create_computation",
+                                   "get_computation_hlo"],
+    "torch_xla.core.xla_op_registry": ["Op", "register"],
     "torch_xla.utils.utils": ["as_list", "getenv_as", "TmpFolder", "DataWrapper", "for_each_instance",
                               "for_each_instance_rewrite", "SampleGenerator", "FnDataGenerator", "shape",
                               "parse_xla_device", "get_free_tcp_ports", "LazyProperty", "timed",
