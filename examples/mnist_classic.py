@@ -16,6 +16,7 @@ import torch.optim as optim
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
+import torch_xla.distributed.parallel_loader as pl
 import torch_xla.test.test_utils as test_utils
 import torch_xla.utils.utils as xu
 
@@ -73,14 +74,12 @@ def train_mnist(flags):
   def train_loop_fn(loader, epoch):
     tracker = xm.RateTracker()
     model.train()
-    for step, (data, target) in enumerate(loader):
-      data, target = data.to(device), target.to(device)
+    for step, (data, target) in enumerate(loader):  # MpDeviceLoader: on the device, a step per batch
       optimizer.zero_grad()
       output = model(data)
       loss = loss_fn(output, target)
       loss.backward()
       xm.optimizer_step(optimizer)
-      xm.mark_step()
       tracker.add(flags.batch_size)
       if step % flags.log_steps == 0:
         xm.add_step_closure(
@@ -94,7 +93,6 @@ def train_mnist(flags):
     model.eval()
     with torch.no_grad():
       for data, target in loader:
-        data, target = data.to(device), target.to(device)
         output = model(data)
         pred = output.max(1, keepdim=True)[1]
         correct += pred.eq(target.view_as(pred)).sum()
@@ -106,9 +104,9 @@ def train_mnist(flags):
   last_loss = None
   for epoch in range(1, flags.num_epochs + 1):
     xm.master_print('Epoch {} train begin {}'.format(epoch, test_utils.now()))
-    last_loss = train_loop_fn(train_loader, epoch)
+    last_loss = train_loop_fn(pl.MpDeviceLoader(train_loader, device), epoch)
     xm.master_print('Epoch {} train end {}'.format(epoch, test_utils.now()))
-    accuracy = test_loop_fn(test_loader)
+    accuracy = test_loop_fn(pl.MpDeviceLoader(test_loader, device))
     xm.master_print('Epoch {} test end {}, Accuracy={:.2f}'.format(
         epoch, test_utils.now(), accuracy))
     max_accuracy = max(accuracy, max_accuracy)
