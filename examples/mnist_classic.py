@@ -1,7 +1,8 @@
 """MNIST-shaped convnet in PyTorch/XLA's classic style, on synthetic data.
 
 Written against the upstream PyTorch/XLA 2.x API only (xm.xla_device, SampleGenerator,
-xm.optimizer_step, xm.RateTracker, xm.master_print, test_utils, metrics): it runs unchanged here.
+xm.optimizer_step, xm.RateTracker, xm.master_print, MpDeviceLoader, test_utils, metrics): it runs
+unchanged here.
 
   .venv/bin/python examples/mnist_classic.py --num_steps 20 --num_epochs 1
 """
