@@ -301,8 +301,15 @@ def _xla_tensors_report(nodes_threshold: int = 0, device: str = "") -> str:
     return _C._dump_ir([])
 
 
-def _xla_tensors_from_aten(tensors: Sequence[torch.Tensor], devices: Sequence) -> List[torch.Tensor]:
-    """Copies CPU tensors to XLA devices (``devices[i]`` for ``tensors[i]``, or one device for all)."""
+def _xla_tensors_from_aten(tensors: Sequence[torch.Tensor], devices: Sequence,
+                           shardings: Optional[Sequence] = None) -> List[torch.Tensor]:
+    """Copies CPU tensors to XLA devices (``devices[i]`` for ``tensors[i]``, or one device for all).
+    ``shardings`` (upstream: OpSharding protos per tensor) must be None or all None here: shard
+    with ``torch_xla.distributed.spmd.mark_sharding`` or ``xm.send_cpu_data_to_device(...,
+    input_sharding=...)``."""
+    if shardings is not None and any(s is not None for s in shardings):
+        raise NotImplementedError("_xla_tensors_from_aten: OpSharding protos are not supported; use "
+                                  "torch_xla.distributed.spmd.mark_sharding on the result")
     tensors = list(tensors)
     devices = list(devices)
     if len(devices) == 1 and len(tensors) > 1:
