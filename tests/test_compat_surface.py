@@ -500,28 +500,66 @@ def test_profiler_noops_keep_semantics():
 
 
 def test_metrics_compare_utils():
+    """Upstream's contract: report strings in, `_sec`/`_mb` keys, mean/stddev bounds, '' when fine."""
     import torch_xla.debug.metrics_compare_utils as mcu
     dev = torch_xla.device()
     _ = (torch.ones(4).to(dev) * 2).cpu()
     report = met.metrics_report()
     parsed = mcu.parse_metrics_report(report)
     assert parsed["CompileTime__TotalSamples"] >= 1
-    assert parsed["CompileTime__Accumulator"] > 0
-    assert any(k.startswith("CompileTime__Percentile_") for k in parsed)
+    assert parsed["CompileTime__Accumulator_sec"] > 0
+    assert "CompileTime__Percentile_99_sec" in parsed and "CompileTime__Percentile_1_sec" in parsed
     assert any(k.endswith("__Value") for k in parsed)
-    synthetic = ("Metric: CompileTime\n  TotalSamples: 2\n  Accumulator: 01s500ms000.000us\n"
-                 "  Percentiles: 1%=500ms; 50%=01s000ms\nMetric: InboundData\n  TotalSamples: 1\n"
-                 "  Accumulator: 2.00KB\n  Percentiles: 1%=2.00KB\nCounter: CachedCompile\n  Value: 7\n")
-    p = mcu.parse_metrics_report(synthetic)
-    assert p["CompileTime__Accumulator"] == pytest.approx(1.5)
-    assert p["CompileTime__Percentile_50"] == pytest.approx(1.0)
-    assert p["InboundData__Accumulator"] == pytest.approx(2048.0)
-    assert p["CachedCompile__Value"] == 7
-    history = mcu.get_data_points_from_metrics_reports([synthetic, synthetic])
-    assert history["CachedCompile__Value"] == [7, 7]
-    cfg = {"CachedCompile__Value": {"base_expression": "v <= v_mean + (v_stddev * 3.0)"}}
-    assert mcu.compare_metrics(history, {"CachedCompile__Value": 7}, cfg) == ""
-    assert "CachedCompile__Value" in mcu.compare_metrics(history, {"CachedCompile__Value": 9}, cfg)
+    pct = "; ".join(f"{p}%={v}" for p, v in zip((1, 5, 10, 20, 50, 80, 90, 95, 99), ["500ms"] * 4 + ["01s000ms"] * 5))
+    def synthetic(scale=1.0, counter=7, extra=""):
+        ms = round(1500 * scale)  # upstream's duration format: 01s500ms
+        return (f"Metric: CompileTime\n  TotalSamples: 2\n  Accumulator: {ms // 1000:02d}s{ms % 1000:03d}ms\n"
+                f"  Percentiles: {pct}\n"
+                "Metric: InboundData\n  TotalSamples: 1\n  Accumulator: 2.00KB\n  Percentiles: "
+                + "; ".join(f"{p}%=2.00KB" for p in (1, 5, 10, 20, 50, 80, 90, 95, 99))
+                + f"\nCounter: CachedCompile\n  Value: {counter}\n{extra}")
+    p = mcu.parse_metrics_report(synthetic())
+    assert p["CompileTime__Accumulator_sec"] == pytest.approx(1.5)
+    assert p["CompileTime__Percentile_1_sec"] == pytest.approx(0.5)
+    assert p["CompileTime__Percentile_50_sec"] == pytest.approx(1.0)
+    assert p["InboundData__Accumulator_mb"] == pytest.approx(0.002)  # decimal MB, as upstream
+    assert p["CompileTime__TotalSamples"] == 2.0 and p["CachedCompile__Value"] == 7
+    assert mcu.parse_metrics_report(synthetic(), dehumanize=False)["InboundData__Accumulator_mb"] == (0.002, "2.00KB")
+    history = mcu.get_data_points_from_metrics_reports([synthetic(1.0), synthetic(1.1), synthetic(0.9), "Counter: X\n  Value: 1\n"])
+    assert history["CachedCompile__Value"] == [7, 7, 7, None] and history["X__Value"] == [None, None, None, 1]
+    # within tolerance -> '' (upstream's default config and both config styles)
+    assert mcu.compare_metrics(history, synthetic(1.05)) == ""
+    assert mcu.compare_metrics(history, synthetic(1.05), config={"base_tolerance": 2.0}) == ""
+    assert mcu.compare_metrics(history, synthetic(1.05), {"base_expression": "v <= v_mean + (v_stddev * 2.0)"}) == ""
+    # 60x off -> regressions reported for the time keys
+    slow = synthetic(60.0)
+    for cfg in (None, {"base_tolerance": 2.0}, {"base_expression": "v <= v_mean + (v_stddev * 2.0)"}):
+        diff = mcu.compare_metrics(history, slow, cfg) if cfg else mcu.compare_metrics(history, slow)
+        assert diff.startswith("CompileTime__Accumulator_sec ") and diff.endswith("\n"), diff
+        assert "Actual Value: 90.0" in diff and "InboundData" not in diff and "CachedCompile" not in diff
+    assert "outside the expected range using tolerance: 2.0" in mcu.compare_metrics(history, slow, {"base_tolerance": 2.0})
+    assert "failed its expression check" in mcu.compare_metrics(history, slow)
+    # per-key override wins over the base entry
+    assert mcu.compare_metrics(history, slow, {"base_tolerance": 2.0, "CompileTime__Accumulator_sec_tolerance": 1000.0}) == ""
+    assert mcu.compare_metrics(history, synthetic(counter=9), {"base_expression": "True",
+                                                                "CachedCompile__Value_expression": "v == v_mean"}
+                               ).startswith("CachedCompile__Value failed its expression check. Expression: v == v_mean.  Mean: 7.0.")
+    # a new CPU fallback counter is flagged
+    assert mcu.compare_metrics(history, synthetic(extra="Counter: aten::nonzero\n  Value: 3\n")) == \
+        "Found new aten counter: aten::nonzero__Value: 3\n"
+    # a real report against its own history: no regression
+    assert mcu.compare_metrics(mcu.get_data_points_from_metrics_reports([report, report]), report) == ""
+    # wrong argument types raise TypeError, never a silent ''
+    with pytest.raises(TypeError, match="metrics_report must be the report string"):
+        mcu.compare_metrics(history, p)
+    with pytest.raises(TypeError, match="data_points must be a dict"):
+        mcu.compare_metrics([synthetic()], synthetic())
+    with pytest.raises(TypeError, match="config must be a dict"):
+        mcu.compare_metrics(history, synthetic(), 2.0)
+    with pytest.raises(TypeError):
+        mcu.parse_metrics_report(None)
+    with pytest.raises(TypeError):
+        mcu.get_data_points_from_metrics_reports(synthetic())
 
 
 def test_executed_fallback_ops_are_aten_names(clean_metrics):

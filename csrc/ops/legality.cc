@@ -158,6 +158,21 @@ Rule IndexDtypes(size_t k) {
   };
 }
 
+// Backward kernels eager runs only on one floating dtype: a grad of another dtype than its input
+// (a bf16 grad of an f32 activation) raises there instead of promoting. Pairs of tensor arguments
+// (undefined optionals skipped) must share their dtype.
+Rule SameDTypes(std::vector<std::pair<size_t, size_t>> pairs) {
+  return [=](OpArgs& a) {
+    for (auto [i, j] : pairs) {
+      if (a.IsNone(i) || a.IsNone(j)) continue;
+      DType ti = a.V(i).dtype(), tj = a.V(j).dtype();
+      if (ti != tj && ir::IsFloating(ti) && ir::IsFloating(tj)) {
+        a.Fail(std::string("expected scalar type ") + TypeName(tj) + " but found " + TypeName(ti));
+      }
+    }
+  };
+}
+
 const std::unordered_map<std::string, Rule>& Rules() {
   static const auto* rules = new std::unordered_map<std::string, Rule>{
       {"native_layer_norm", [](OpArgs& a) {
@@ -287,6 +302,31 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"index_put", IndexDtypes(1)},
       {"_unsafe_index_put", IndexDtypes(1)},
       {"_index_put_impl", IndexDtypes(1)},
+      // mixed grad/input dtypes: eager's kernels refuse them (activations that promote are in the rows)
+      {"log_sigmoid_backward", SameDTypes({{0, 1}})},
+      {"huber_loss_backward", SameDTypes({{0, 1}})},
+      {"binary_cross_entropy_backward", SameDTypes({{0, 1}})},
+      {"_softmax_backward_data", SameDTypes({{0, 1}})},
+      {"_log_softmax_backward_data", SameDTypes({{0, 1}})},
+      {"nll_loss_backward", SameDTypes({{0, 1}})},
+      {"nll_loss2d_backward", SameDTypes({{0, 1}})},
+      {"native_layer_norm_backward", SameDTypes({{0, 1}})},
+      {"native_group_norm_backward", SameDTypes({{0, 1}})},
+      {"native_batch_norm_backward", SameDTypes({{0, 1}})},
+      {"batch_norm_backward", SameDTypes({{0, 1}})},
+      {"_prelu_kernel_backward", SameDTypes({{0, 1}})},
+      {"grid_sampler_2d_backward", SameDTypes({{0, 1}, {1, 2}})},
+      {"convolution_backward", SameDTypes({{0, 1}, {1, 2}})},
+      {"convolution_backward_overrideable", SameDTypes({{0, 1}, {1, 2}})},
+      {"max_pool1d_with_indices_backward", SameDTypes({{0, 1}})},
+      {"max_pool2d_with_indices_backward", SameDTypes({{0, 1}})},
+      {"max_pool3d_with_indices_backward", SameDTypes({{0, 1}})},
+      {"avg_pool1d_backward", SameDTypes({{0, 1}})},
+      {"avg_pool2d_backward", SameDTypes({{0, 1}})},
+      {"avg_pool3d_backward", SameDTypes({{0, 1}})},
+      {"_adaptive_avg_pool2d_backward", SameDTypes({{0, 1}})},
+      {"_adaptive_avg_pool3d_backward", SameDTypes({{0, 1}})},
+      {"adaptive_max_pool2d_backward", SameDTypes({{0, 1}})},
   };
   return *rules;
 }

@@ -336,16 +336,21 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     return {Cast(GeluBackward(Cast(a.V(0), ct), Cast(a.V(1), ct), a.IsNone(2) ? "none" : a.Str(2)), t)};
   }});
   rows.push_back({"silu", [](OpArgs& a) -> V { return {ir::Binary(Op::kMul, a.V(0), Sigmoid(a.V(0)))}; }});
+  // Mixed-dtype backward calls (a bf16 grad of an f32 output, or the reverse) promote both operands
+  // to their common dtype, as eager's TensorIterator does; same-dtype calls compute as before.
   rows.push_back({"sigmoid_backward", [](OpArgs& a) -> V {
-    Value y = a.V(1);
-    return {Bin(Op::kMul, a.V(0), ir::Binary(Op::kMul, y, ir::Binary(Op::kSub, ir::Full(1, y.shape()), y)))};
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    Value g = Cast(a.V(0), t), y = Cast(a.V(1), t);
+    return {Bin(Op::kMul, g, ir::Binary(Op::kMul, y, ir::Binary(Op::kSub, ir::Full(1, y.shape()), y)))};
   }});
   rows.push_back({"tanh_backward", [](OpArgs& a) -> V {
-    Value y = a.V(1);
-    return {Bin(Op::kMul, a.V(0), ir::Binary(Op::kSub, ir::Full(1, y.shape()), ir::Binary(Op::kMul, y, y)))};
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    Value g = Cast(a.V(0), t), y = Cast(a.V(1), t);
+    return {Bin(Op::kMul, g, ir::Binary(Op::kSub, ir::Full(1, y.shape()), ir::Binary(Op::kMul, y, y)))};
   }});
   rows.push_back({"threshold_backward", [](OpArgs& a) -> V {
-    Value x = a.V(1), g = a.V(0);
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    Value x = Cast(a.V(1), t), g = Cast(a.V(0), t);
     Value th = ScalarV(a.S(2), x.dtype(), a.device);
     return {Where(Cmp(CompareDir::kLE, x, th), ir::Full(0, g.shape()), g)};
   }});

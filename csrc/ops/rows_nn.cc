@@ -211,7 +211,7 @@ void AddNnRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"softplus_backward", [](OpArgs& a) -> V {
     Value g = a.V(0), x = a.V(1);
-    DType t = x.dtype(), ct = OpMath(t);
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);  // mixed grad/input dtypes promote (eager)
     Value xc = Cast(x, ct), gc = Cast(g, ct);
     Value beta = ScalarV(a.S(2), ct, a.device), th = ScalarV(a.S(3), ct, a.device);
     Value xb = Bin(Op::kMul, xc, beta);
