@@ -49,7 +49,7 @@ def _eq(actual, expected, what):
         assert torch.equal(a, expected), f"{what}: {a} != {expected}"
 
 
-def _ddp(rank, world, out_dir):
+def _ddp(rank, world, out_dir, bucket_view=True):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     import torch_xla
@@ -58,7 +58,7 @@ def _ddp(rank, world, out_dir):
     import torch_xla.distributed.xla_backend as xb
 
     calls = {"allreduce": 0, "broadcast": 0}
-    for name in calls:  # count what DDP's C++ reducer calls on our Python group
+    for name in calls if bucket_view else ():  # count what DDP's C++ reducer calls on our Python group
         orig = getattr(xb.ProcessGroupXla, name)
 
         def counted(self, *a, _orig=orig, _name=name, **k):
@@ -71,7 +71,7 @@ def _ddp(rank, world, out_dir):
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
-    ddp = DDP(model.to(device), gradient_as_bucket_view=True)
+    ddp = DDP(model.to(device), gradient_as_bucket_view=bucket_view)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     x, y = make_data(world)
     losses = []
@@ -84,9 +84,9 @@ def _ddp(rank, world, out_dir):
         opt.step()
         torch_xla.sync()
         losses.append(loss.item())
-    assert calls["broadcast"] >= 1 and calls["allreduce"] >= STEPS, calls
+    assert not bucket_view or (calls["broadcast"] >= 1 and calls["allreduce"] >= STEPS), calls
     params = {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()}
-    torch.save({"params": params, "losses": losses}, os.path.join(out_dir, f"ddp{rank}.pt"))
+    torch.save({"params": params, "losses": losses}, os.path.join(out_dir, f"ddp{rank}_{int(bucket_view)}.pt"))
 
 
 def _collectives(rank, world):
@@ -213,16 +213,42 @@ def backend_worker(index, out_dir):
     rank, world = dist.get_rank(), dist.get_world_size()
     assert (rank, world) == (xr.global_ordinal(), xr.world_size()) == (index, 2), (rank, world, index)
     assert dist.get_backend() == "xla", dist.get_backend()
-    _ddp(rank, world, out_dir)
+    _ddp(rank, world, out_dir, bucket_view=True)
+    _ddp(rank, world, out_dir, bucket_view=False)
     _collectives(rank, world)
     dist.destroy_process_group()
     open(os.path.join(out_dir, f"ok{rank}"), "w").close()
 
 
+def torchrun_worker(out_dir):
+    """Under torchrun (no xmp.spawn): xla:// takes torchrun's rank, world size and store."""
+    import torch.distributed as dist
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.xla_backend  # noqa: F401
+    import torch_xla.runtime as xr
+
+    dist.init_process_group("xla", init_method="xla://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert (rank, world) == (xr.global_ordinal(), xr.world_size()) == (int(os.environ["RANK"]), 2)
+    dev = xm.xla_device()
+    t = _inp(rank, torch.float32).to(dev)
+    dist.all_reduce(t)
+    _eq(t, _inp(0, torch.float32) + _inp(1, torch.float32), "torchrun all_reduce")
+    t = _inp(rank, torch.int64).to(dev)
+    dist.broadcast(t, src=1)
+    _eq(t, _inp(1, torch.int64), "torchrun broadcast")
+    dist.barrier()
+    dist.destroy_process_group()
+    open(os.path.join(out_dir, f"torchrun_ok{rank}"), "w").close()
+
+
 if __name__ == "__main__":
-    # python tests/_xla_backend_workers.py <worker> <out_dir>
-    import torch_xla.distributed.xla_multiprocessing as xmp
+    # python tests/_xla_backend_workers.py <worker> <out_dir>   (torchrun_worker: under torchrun)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _xla_backend_workers as w
-    xmp.spawn(getattr(w, sys.argv[1]), args=(sys.argv[2],))
-    print("SPAWN OK", flush=True)
+    if sys.argv[1] == "torchrun_worker":
+        w.torchrun_worker(sys.argv[2])
+    else:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+        xmp.spawn(getattr(w, sys.argv[1]), args=(sys.argv[2],))
+        print("SPAWN OK", flush=True)

@@ -25,12 +25,16 @@ import _xla_backend_workers as w  # noqa: E402
 WORKERS = os.path.join(HERE, "_xla_backend_workers.py")
 
 
-def _launch(worker, nprocs, tmp_path, timeout=300):
+def _clean_env(nprocs):
     env = dict(os.environ, CPU_NUM_DEVICES=str(nprocs))
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
               "TORCH_XLA_SPAWNED", "TORCHELASTIC_USE_AGENT_STORE"):
         env.pop(k, None)
-    r = subprocess.run([sys.executable, WORKERS, worker, str(tmp_path)], env=env, cwd=str(tmp_path),
+    return env
+
+
+def _launch(worker, nprocs, tmp_path, timeout=300):
+    r = subprocess.run([sys.executable, WORKERS, worker, str(tmp_path)], env=_clean_env(nprocs), cwd=str(tmp_path),
                        capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0 and "SPAWN OK" in r.stdout, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
     return r
@@ -58,19 +62,21 @@ def test_registered():
 
 def test_ddp_and_collectives_2_processes(tmp_path):
     """(a) every collective through dist.* on 2 processes == numpy/torch on the CPU (checked in the
-    workers); (b) DDP(gradient_as_bucket_view=True), 4 SGD steps with different data per rank:
+    workers); (b) DDP(gradient_as_bucket_view=True, then False), 4 SGD steps with different data per rank:
     parameters equal on both ranks (bit for bit) and equal to one CPU process over the concatenated
     batch (rtol 1e-5, atol 1e-6: XLA's f32 reductions are ordered differently); (c) unsupported ops
     raise NotImplementedError naming the op (checked in the workers)."""
     _launch("backend_worker", 2, tmp_path)
     assert sorted(f for f in os.listdir(tmp_path) if f.startswith("ok")) == ["ok0", "ok1"]
-    r0 = torch.load(os.path.join(tmp_path, "ddp0.pt"))
-    r1 = torch.load(os.path.join(tmp_path, "ddp1.pt"))
     ref = _cpu_reference(2)
-    assert r0["params"].keys() == ref.keys()
-    for k in ref:
-        assert torch.equal(r0["params"][k], r1["params"][k]), f"{k} differs between the ranks"
-        torch.testing.assert_close(r0["params"][k], ref[k], rtol=1e-5, atol=1e-6, msg=lambda m: f"{k}: {m}")
+    for bv in (1, 0):  # gradient_as_bucket_view True, then False
+        r0 = torch.load(os.path.join(tmp_path, f"ddp0_{bv}.pt"))
+        r1 = torch.load(os.path.join(tmp_path, f"ddp1_{bv}.pt"))
+        assert r0["params"].keys() == ref.keys()
+        for k in ref:
+            assert torch.equal(r0["params"][k], r1["params"][k]), f"{k} differs between the ranks (bucket view {bv})"
+            torch.testing.assert_close(r0["params"][k], ref[k], rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"{k} (bucket view {bv}): {m}")
     # the model moved: the test would pass trivially otherwise
     assert not torch.allclose(ref["0.weight"], w.make_model().state_dict()["0.weight"])
 
@@ -99,3 +105,12 @@ def test_unsupported_ops_single_process():
     with pytest.raises(ValueError, match="xla device"):
         pg.allreduce([torch.ones(2)], dist.AllreduceOptions())
     assert world.world_size() == 1
+
+
+def test_torchrun_2_processes(tmp_path):
+    """The same script under torchrun: xla:// takes torchrun's RANK/WORLD_SIZE and its agent store."""
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", WORKERS,
+                        "torchrun_worker", str(tmp_path)], env=_clean_env(2), cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
+    assert sorted(os.listdir(tmp_path)) == ["torchrun_ok0", "torchrun_ok1"]
