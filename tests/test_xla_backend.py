@@ -114,3 +114,26 @@ def test_torchrun_2_processes(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
     assert sorted(os.listdir(tmp_path)) == ["torchrun_ok0", "torchrun_ok1"]
+
+
+def test_init_process_group_single_process():
+    """Without a launcher (world size 1) the script's init line works too; collectives are identities.
+    A rank/world_size that disagrees with the job raises ValueError."""
+    import torch_xla.core.xla_model as xm
+    with pytest.raises(ValueError, match="world_size=2"):
+        dist.init_process_group("xla", init_method="xla://", rank=0, world_size=2)
+    dist.init_process_group("xla", init_method="xla://")
+    try:
+        assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "xla")
+        assert isinstance(dist.distributed_c10d._get_default_group(), xb.ProcessGroupXla)
+        t = torch.arange(6.0, device=xm.xla_device())
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        dist.broadcast(t, src=0)
+        outs = [torch.zeros(6, device=t.device)]
+        dist.all_gather(outs, t)
+        dist.barrier()
+        torch.testing.assert_close(outs[0].cpu(), torch.arange(6.0))
+        with pytest.raises(NotImplementedError, match="gather"):
+            dist.gather(t, [torch.zeros(6, device=t.device)], dst=0)
+    finally:
+        dist.destroy_process_group()

@@ -257,7 +257,7 @@ class ProcessGroupXla(ProcessGroup):
     def barrier(self, opts=None):
         self._barriers += 1
         xm.rendezvous(f"torch_xla.distributed.xla_backend.barrier/{'-'.join(map(str, self._ranks))}/{self._barriers}",
-                      b"", list(self._ranks))
+                      b"", [] if self._is_world else list(self._ranks))
         return WorkXla([])
 
     # ---- not supported: say so, never a silent no-op ----------------------------------------------
@@ -313,6 +313,16 @@ def _create_xla_process_group(opts, pg_options=None):
 def _xla_rendezvous_handler(url: str, timeout: datetime.timedelta = None, **kwargs):
     """``xla://``: this process's global ordinal and the world size of the job, with its TCPStore."""
     rank, size = xr.global_ordinal(), xr.world_size()
+    # init_process_group(rank=, world_size=) arrive as a query ("xla://?rank=0&world_size=2"):
+    # they must agree with the job's topology.
+    from urllib.parse import parse_qs, urlparse
+    query = parse_qs(urlparse(url).query)
+    for key, ours in (("rank", rank), ("world_size", size)):
+        if key in query:
+            given = int(query[key][-1])
+            if given != ours:
+                raise ValueError(f"init_process_group(init_method='xla://'): {key}={given} but this process is "
+                                 f"{key} {ours} of the job (xr.global_ordinal() / xr.world_size())")
     store = dist.PrefixStore("xla_backend/", world.store())
     yield (store, rank, size)
     raise RuntimeError("the xla:// rendezvous cannot be restarted (the job's ranks are fixed)")
