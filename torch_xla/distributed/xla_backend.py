@@ -20,6 +20,7 @@ coalesced variants) raises NotImplementedError naming the operation.
 from __future__ import annotations
 
 import datetime
+import os
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -31,6 +32,7 @@ import torch_xla.runtime as xr
 from torch_xla._internal import world
 
 BACKEND_NAME = "xla"
+_SYNC_BEFORE_ALLREDUCE = os.environ.get("TORCH_XLA_DDP_SYNC_BEFORE_ALLREDUCE", "1").strip() != "0"
 RENDEZVOUS_SCHEME = "xla"
 
 
@@ -124,6 +126,19 @@ class ProcessGroupXla(ProcessGroup):
     def _scale(self, op, n: int) -> float:
         return 1.0 / n if _is_avg(op) else 1.0
 
+    def _run_pending(self):
+        """Host collectives read their inputs' values, which runs just the graph those need; DDP's
+        all-reduce of a bucket happens mid-backward, so the rest of the step (the loss, other
+        buckets' producers) would be traced again and recomputed at the next sync. As
+        ``xm.reduce_gradients`` does, run all pending work first (one graph). In-graph collectives
+        stay lazy. ``TORCH_XLA_DDP_SYNC_BEFORE_ALLREDUCE=0`` turns it off."""
+        if self.size() == 1 or not _SYNC_BEFORE_ALLREDUCE:
+            return
+        from torch_xla._internal import collectives
+        if collectives.backend().needs_host_values:
+            from torch_xla import _C
+            _C._sync(None, False, "")
+
     @staticmethod
     def _check(op: str, tensors):
         for t in tensors:
@@ -145,6 +160,7 @@ class ProcessGroupXla(ProcessGroup):
             for t in tensors:
                 if not (t.is_floating_point() or t.is_complex()):
                     raise ValueError(f"ProcessGroupXla.allreduce: AVG needs floating-point tensors, got {t.dtype}")
+        self._run_pending()
         xm.all_reduce(kind, list(tensors), scale=self._scale(op, self.size()), groups=self._groups())
         return WorkXla(tensors)
 
