@@ -391,6 +391,17 @@ def test_graph_returning_a_cpu_value_keeps_the_cpu_part():
         torch.testing.assert_close(cpu_out, ref_cpu)
 
 
+def _train_step(model, opt):
+    """One training step (zero_grad, cross-entropy, backward, step) returning the loss."""
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
 @pytest.mark.parametrize("foreach", [True, False])
 def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
     """Adam's step counters stay CPU tensors with the eager values; the bias corrections computed
@@ -404,16 +415,7 @@ def test_optimizer_cpu_step_counters_run_in_the_device_graph(foreach):
     copt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2, foreach=foreach)
     xopt = torch.optim.AdamW(xla_model.parameters(), lr=1e-2, foreach=foreach)
 
-    def make_step(model, opt):
-        def step(x, y):
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    cstep, xstep = make_step(cpu_model, copt), torch.compile(make_step(xla_model, xopt), backend="openxla")
+    cstep, xstep = _train_step(cpu_model, copt), torch.compile(_train_step(xla_model, xopt), backend="openxla")
     ups = []
     for x, y in batches:
         torch.testing.assert_close(xstep(x.to(DEV), y.to(DEV)).item(), cstep(x, y).item(), rtol=1e-4, atol=1e-5)
@@ -472,16 +474,7 @@ def test_optimizer_state_buffers_are_donated_only_when_held_alone():
     copt = torch.optim.Adam(cpu_model.parameters(), lr=1e-2, foreach=True)
     xopt = torch.optim.Adam(xla_model.parameters(), lr=1e-2, foreach=True)
 
-    def make_step(model, opt):
-        def step(x, y):
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    cstep, xstep = make_step(cpu_model, copt), torch.compile(make_step(xla_model, xopt), backend="openxla")
+    cstep, xstep = _train_step(cpu_model, copt), torch.compile(_train_step(xla_model, xopt), backend="openxla")
     donating = []
     kept = None
     for k, (x, y) in enumerate(batches):
