@@ -159,17 +159,16 @@ void AddForeachRows(std::vector<OpRow>& rows) {
     if (!have(p.element)) continue;  // only where the element op is lowered: never a CPU fallback
     if (p.foreach == "_foreach_norm.Scalar") {
       // linalg_vector_norm(self, ord, dim=None, keepdim=False, *, dtype=None): foreach gives (ord, dtype).
-      Plan q = p;
-      rows.push_back({q.foreach, [q](OpArgs& a) -> V {
+      // Reorders the arguments once per call, then runs the usual per-tensor loop (built once).
+      OpFn each = Foreach({p.foreach, p.element, {Map::kList, Map::kSame, Map::kSame, Map::kSame, Map::kSame}, {}});
+      Arg keepdim;
+      keepdim.kind = Arg::kBool;
+      rows.push_back({p.foreach, [each, keepdim](OpArgs& a) -> V {
                         OpArgs b;
                         b.device = a.device;
                         b.op_name = a.op_name;
-                        b.args = {a.args.at(0), a.args.at(1), NoneArg(), Arg{}, a.size() > 2 ? a.args[2] : NoneArg()};
-                        b.args[3].kind = Arg::kBool;
-                        b.args[3].b = false;
-                        Plan inner{q.foreach, q.element, {Map::kList, Map::kSame, Map::kSame, Map::kSame, Map::kSame},
-                                   {}};
-                        return Foreach(inner)(b);
+                        b.args = {a.args.at(0), a.args.at(1), NoneArg(), keepdim, a.size() > 2 ? a.args[2] : NoneArg()};
+                        return each(b);
                       }});
       continue;
     }
