@@ -153,15 +153,7 @@ def _allocator_env(env):
     spec = importlib.util.spec_from_file_location("_alloc", os.path.join(REPO, "torch_xla", "_allocator.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    saved = os.environ.get("TORCH_XLA_ALLOCATOR")
-    os.environ["TORCH_XLA_ALLOCATOR"] = env["TORCH_XLA_ALLOCATOR"]
-    try:
-        return mod.child_env(env)
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_XLA_ALLOCATOR")
-        else:
-            os.environ["TORCH_XLA_ALLOCATOR"] = saved
+    return mod.child_env(env)  # honours env's TORCH_XLA_ALLOCATOR
 
 
 def run_child(model, name, env, steps, warmup):

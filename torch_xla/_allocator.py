@@ -49,9 +49,10 @@ def _find(name):
     return None
 
 
-def library():
-    """The allocator library this configuration asks for (a path), or None for glibc's malloc."""
-    choice = os.environ.get("TORCH_XLA_ALLOCATOR", "auto").strip()
+def library(choice=None):
+    """The allocator library ``choice`` (default: $TORCH_XLA_ALLOCATOR) asks for (a path), or None
+    for glibc's malloc."""
+    choice = (os.environ.get("TORCH_XLA_ALLOCATOR", "auto") if choice is None else choice).strip()
     if choice.lower() in _OFF:
         return None
     if choice.lower() in ("", "auto"):
@@ -92,7 +93,7 @@ def active():
 def child_env(env=None):
     """``env`` (default: os.environ) with the allocator added to LD_PRELOAD for a new process."""
     env = dict(os.environ if env is None else env)
-    path = library()
+    path = library(env.get("TORCH_XLA_ALLOCATOR"))  # else this process's setting
     if path is None:
         return env
     current = env.get("LD_PRELOAD", "")
