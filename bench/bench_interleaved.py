@@ -31,6 +31,7 @@ configuration with another interpreter (e.g. a venv holding another build, for b
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -142,7 +143,9 @@ print("RESULT " + json.dumps({{"host_ms": med(wall), "host_cpu_ms": med(cpu), "s
 def parse_config(spec):
     name, _, rest = spec.partition(":")
     env = {}
-    for kv in filter(None, rest.split(",")):
+    # KEY=VALUE pairs separated by commas; a comma not followed by KEY= belongs to the value
+    # (TORCH_XLA_HOST_KERNELS=conv,tdot).
+    for kv in filter(None, re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", rest)):
         k, _, v = kv.partition("=")
         env[k] = v
     return name, env

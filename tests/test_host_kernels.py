@@ -190,3 +190,54 @@ def test_export_is_portable_stablehlo():
     got = shlo(x)
     got = got[0] if isinstance(got, (tuple, list)) else got
     torch.testing.assert_close(got.cpu(), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_transposed_only_rule_sends_just_x_at_w_t_to_aten():
+    """Kind "tdot": only dots whose right operand is contracted along its minor dimension (F.linear,
+    x @ W.t(), q @ k.transpose(-1, -2)) call ATen; the others stay XLA's dots. Values equal eager's."""
+    torch.manual_seed(2)
+    x, w, wt = torch.randn(64, 96), torch.randn(80, 96), torch.randn(96, 80)
+    q, k = torch.randn(3, 40, 32), torch.randn(3, 50, 32)
+    before = _C._host_dots_transposed_only()
+    _C._set_host_dots_transposed_only(True)
+    try:
+        cases = {  # name: (fn, args, host call expected)
+            "linear": (lambda a, b: F.linear(a, b), (x, w), True),
+            "mm_t": (lambda a, b: a @ b.t(), (x, w), True),
+            "qk_t": (lambda a, b: a @ b.transpose(-1, -2), (q, k), True),
+            "mm": (lambda a, b: a @ b, (x, wt), False),
+            "t_mm": (lambda a, b: a.t() @ b, (x, x), False),
+        }
+        for name, (fn, args, host) in cases.items():
+            want = fn(*args)
+            got_t = fn(*[a.to(DEV) for a in args])
+            assert ("txla_aten_dot" in _hlo(got_t)) == host, name
+            got = got_t.cpu()
+            if host:
+                assert torch.equal(got, want), (name, (got - want).abs().max())
+            else:
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        # gradients of a linear layer: the forward is a host call, its backward dots are XLA's
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        F.linear(xs, ws).square().sum().backward()
+        xd, wd = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
+        F.linear(xd, wd).square().sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), xs.grad, rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(wd.grad.cpu(), ws.grad, rtol=1e-4, atol=1e-3)
+    finally:
+        _C._set_host_dots_transposed_only(before)
+
+
+def test_tdot_kind_and_kernel_threads_from_env():
+    code = (_HEADER +
+            "d = torch_xla.device(); n0 = torch.get_num_threads()\n"
+            "assert _C._host_kernels() == (True, True) and _C._host_dots_transposed_only()\n"
+            "import torch.nn.functional as F\n"
+            "x, w = torch.randn(64, 96), torch.randn(80, 96)\n"
+            "want = F.linear(x, w)\n"
+            "got = F.linear(x.to(d), w.to(d)).cpu()\n"
+            "assert torch.equal(got, want), (got - want).abs().max()\n"
+            "assert torch.get_num_threads() == n0, (torch.get_num_threads(), n0)  # the caller's setting kept\n")
+    _assert_ok(_run(code, TORCH_XLA_HOST_KERNELS="conv,tdot", TORCH_XLA_HOST_KERNEL_THREADS="1"))
+    out = _run("import torch, torch_xla\ntorch.zeros(2).to(torch_xla.device())\n", TORCH_XLA_HOST_KERNEL_THREADS="two")
+    assert out.returncode != 0 and "TORCH_XLA_HOST_KERNEL_THREADS=two" in out.stderr, out.stderr[-2000:]

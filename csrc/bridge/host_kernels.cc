@@ -13,6 +13,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/InferenceMode.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -165,6 +167,54 @@ XLA_FFI_Error* Fail(XLA_FFI_CallFrame* cf, const std::string& msg) {
   return cf->api->XLA_FFI_Error_Create(&a);
 }
 
+// TORCH_XLA_HOST_KERNEL_THREADS=n: ATen's kernels inside an executable use n OpenMP threads (set on
+// the calling thread for the call only: OpenMP's thread count is a per-thread setting, so eager ops
+// on other threads keep theirs). Unset or 0: ATen's own setting. XLA runs independent parts of the
+// executable on its own threads meanwhile; with 1, a host kernel never spins up a second team beside
+// them (OpenMP's idle threads busy-wait, which on a loaded machine costs more than the GEMM).
+int HostKernelThreads() {
+  static const int n = [] {
+    const char* v = std::getenv("TORCH_XLA_HOST_KERNEL_THREADS");
+    if (v == nullptr || *v == '\0') return 0;
+    char* end = nullptr;
+    long x = std::strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 4096) {
+      throw std::invalid_argument(std::string("TORCH_XLA_HOST_KERNEL_THREADS=") + v +
+                                  " is not a thread count (0 = ATen's setting, or 1..4096)");
+    }
+    return static_cast<int>(x);
+  }();
+  return n;
+}
+
+// OpenMP's per-thread setting, found at run time (torch loads libgomp; no link-time dependency).
+struct OmpThreads {
+  using Get = int (*)();
+  using Set = void (*)(int);
+  Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  Set set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+};
+
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int n) {
+    static const OmpThreads omp;
+    if (n <= 0 || omp.get == nullptr || omp.set == nullptr) return;
+    set_ = omp.set;
+    old_ = omp.get();
+    if (old_ != n) omp.set(n); else set_ = nullptr;
+  }
+  ~ScopedOmpThreads() {
+    if (set_ != nullptr) set_(old_);
+  }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  OmpThreads::Set set_ = nullptr;
+  int old_ = 0;
+};
+
 template <void (*Kernel)(Frame&)>
 XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
   // XLA first asks a handler for its metadata (API version, traits) through this extension.
@@ -193,6 +243,7 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
         c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
                              c10::DispatchKey::Functionalize, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
                              c10::DispatchKey::FuncTorchDynamicLayerBackMode, c10::DispatchKey::AutocastCPU}));
+    ScopedOmpThreads threads(HostKernelThreads());
     Frame f = Read(cf);
     Kernel(f);
     return nullptr;
@@ -201,16 +252,18 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
   }
 }
 
-// TORCH_XLA_HOST_KERNELS: "conv" (default: convolutions only), "dot", "conv,dot" or "1"/"all" (both),
+// TORCH_XLA_HOST_KERNELS: "conv" (default: convolutions only), "dot" (every large dot), "tdot" (only
+// dots whose right operand is contracted along its minor dimension), "conv,dot" or "1"/"all" (both),
 // "0"/"none" (none; handlers not even registered).
 struct Kinds {
-  bool dots = false, convs = false;
+  bool dots = false, convs = false, transposed_only = false;
 };
 Kinds KindsFromEnv() {
   const char* v = std::getenv("TORCH_XLA_HOST_KERNELS");
   std::string s = v ? v : "conv";
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   Kinds k;
+  bool all_dots = false;
   if (s == "1" || s == "all" || s == "true") return {true, true};
   if (s == "0" || s == "none" || s == "false" || s.empty()) return k;
   size_t pos = 0;
@@ -219,15 +272,20 @@ Kinds KindsFromEnv() {
     std::string w = s.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
     if (w == "dot" || w == "dots") {
       k.dots = true;
+      all_dots = true;
+    } else if (w == "tdot" || w == "tdots") {
+      k.dots = true;
+      k.transposed_only = true;
     } else if (w == "conv" || w == "convs") {
       k.convs = true;
     } else if (!w.empty()) {
       throw std::invalid_argument("TORCH_XLA_HOST_KERNELS: unknown kind '" + w +
-                                  "' (expected conv, dot, all or 0, or a comma-separated list)");
+                                  "' (expected conv, dot, tdot, all or 0, or a comma-separated list)");
     }
     if (e == std::string::npos) break;
     pos = e + 1;
   }
+  if (all_dots) k.transposed_only = false;
   return k;
 }
 
@@ -241,6 +299,7 @@ bool g_registered = false;
 void RegisterHostKernels(runtime::Client& client) {
   Kinds kinds = KindsFromEnv();
   if ((!kinds.dots && !kinds.convs) || client.PlatformName() != "cpu") return;
+  HostKernelThreads();  // a bad TORCH_XLA_HOST_KERNEL_THREADS is an error here, not in an execution
   static std::set<const void*> registered;
   if (!registered.count(client.api())) {
     struct Entry {
@@ -262,6 +321,7 @@ void RegisterHostKernels(runtime::Client& client) {
   g_registered = true;
   // SPMD graphs keep XLA's dots (use_spmd() may come before the client starts).
   if (!graph::spmd::Enabled()) ir::SetHostKernels(kinds.dots, kinds.convs);
+  ir::SetHostDotsTransposedOnly(kinds.transposed_only);
 }
 
 // Switches the kinds for graphs traced from now on (tests, export); only where registered.

@@ -227,6 +227,15 @@ PYBIND11_MODULE(_C, m) {
     graph::GetClient();
     bridge::SetHostKernelKinds(dots, convs);
   });
+  // Host dots for every large dot (False) or only the transposed-right-operand ones (True, "tdot").
+  m.def("_host_dots_transposed_only", []() {
+    graph::GetClient();
+    return ir::HostDotsTransposedOnly();
+  });
+  m.def("_set_host_dots_transposed_only", [](bool only) {
+    graph::GetClient();
+    ir::SetHostDotsTransposedOnly(only);
+  });
   m.def("_device_count", &graph::DeviceCount);
   m.def("_check_device", &graph::CheckDevice);
   m.def("_device_type", []() { return graph::Config().device_type; });

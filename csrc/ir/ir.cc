@@ -455,6 +455,14 @@ Value LookThroughTranspose(const Value& v, std::vector<int64_t>* batch, std::vec
   return v.node->operands[0];
 }
 
+// True when the right operand, as XLA will read it (a transpose folded into the dot), is contracted
+// along its minor (last, row-major) dimension: the `x @ W.t()` form.
+bool RhsContractsMinor(const Value& b, std::vector<int64_t> rb, std::vector<int64_t> rc) {
+  std::vector<int64_t> rf;
+  Value v = LookThroughTranspose(b, &rb, &rc, &rf);
+  return rc.size() == 1 && rc[0] == v.rank() - 1;
+}
+
 // params: [nb, nc, nfa, nfb, lhs batch..., lhs contract..., lhs free..., rhs batch..., rhs contract...,
 // rhs free...]; the result is [batch..., lhs free..., rhs free...] as dot_general's.
 Value HostDot(Value a, Value b, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
@@ -499,7 +507,9 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
     int64_t flops = 1;
     for (int64_t d : dims) flops *= d;
     for (int64_t d : lc) flops *= a.dims()[d];
-    if (flops >= kHostDotMinFlops) return HostDot(a, b, lb, rb, lc, rc, Shape(out, dims));
+    if (flops >= kHostDotMinFlops && (!HostDotsTransposedOnly() || RhsContractsMinor(b, rb, rc))) {
+      return HostDot(a, b, lb, rb, lc, rc, Shape(out, dims));
+    }
   }
   Attrs at;
   at.ints = {lb, rb, lc, rc};
@@ -508,8 +518,11 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
 }
 
 namespace {
-std::atomic<bool> g_host_dots{false}, g_host_convs{false};
+std::atomic<bool> g_host_dots{false}, g_host_convs{false}, g_host_dots_transposed_only{false};
 }  // namespace
+
+void SetHostDotsTransposedOnly(bool only) { g_host_dots_transposed_only.store(only); }
+bool HostDotsTransposedOnly() { return g_host_dots_transposed_only.load(std::memory_order_relaxed); }
 
 void SetHostKernels(bool dots, bool convs) {
   g_host_dots.store(dots);

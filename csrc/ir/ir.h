@@ -275,6 +275,11 @@ int MatMulPrecision();
 // of the graph hash like any node.
 // Two kinds, switched separately: dots (HostDots) and convolutions (HostConvs).
 void SetHostKernels(bool dots, bool convs);
+// Which dots go to the host when HostDots(): every large one (false, TORCH_XLA_HOST_KERNELS=dot) or
+// only those whose right operand is contracted along its minor dimension (true, kind "tdot": x @ W.t(),
+// F.linear, q @ k.t(); XLA:CPU's Eigen dot runs these at less than half its speed on the others).
+void SetHostDotsTransposedOnly(bool only);
+bool HostDotsTransposedOnly();
 bool HostDots();
 bool HostConvs();
 bool HostKernels();  // either kind
