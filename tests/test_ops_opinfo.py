@@ -362,6 +362,8 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("linalg.inv", ""): ("linalg_inv_ex",),
     ("linalg.inv_ex", ""): ("linalg_inv_ex",),
     ("linalg.det", ""): ("_linalg_det",),
+    ("linalg.slogdet", ""): ("_linalg_slogdet",),
+    ("logdet", ""): ("_linalg_slogdet",),
     ("linalg.solve", ""): ("_linalg_solve_ex",),
     ("linalg.solve_ex", ""): ("_linalg_solve_ex",),
     ("linalg.lu_solve", ""): ("linalg_lu_solve",),
