@@ -1,4 +1,5 @@
-"""torch.linalg.slogdet / logdet / slogdet on our IR (the _linalg_slogdet row, csrc/ops/rows_linalg.cc).
+"""torch.linalg.slogdet / logdet / slogdet on our IR (the _linalg_slogdet row, csrc/ops/rows_linalg.cc),
+and det of exactly singular matrices (the _linalg_det row factors with the same rounded products).
 
 Values against eager CPU, exactly singular matrices (sign 0, logabsdet -inf, as eager), NaN and
 infinite entries, batches, 0 x 0 matrices, gradients; no CPU fallback."""
@@ -94,3 +95,14 @@ def test_slogdet_errors_match_eager():
         with pytest.raises(exc) as e_xla:
             torch.linalg.slogdet(bad.to(DEV))
         assert str(e_cpu.value).split("\n")[0] == str(e_xla.value).split("\n")[0]
+
+
+@pytest.mark.parametrize("name", list(SINGULAR))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_det_exactly_singular_is_eagers(name, dtype):
+    """det of an exactly singular matrix is eager's exact zero (not a ~1e-8 residue)."""
+    a = SINGULAR[name].to(dtype)
+    met.clear_counters()
+    got = torch.linalg.det(a.to(DEV)).cpu()
+    _no_fallback()
+    torch.testing.assert_close(got, torch.linalg.det(a), rtol=0, atol=0)

@@ -515,7 +515,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
       return {ir::Full(1, ir::Shape(x.dtype(), batch)), ir::Full(0, x.shape()),
               ir::Full(1, ir::Shape(DType::kS32, With(batch, {n})))};
     }
-    Lu f = LuFactor(FlattenBatch(MatT(x)));
+    Lu f = LuFactor(FlattenBatch(MatT(x)), /*rounded_products=*/true);  // exact zeros as LAPACK
     Value det = ir::Reduce(ir::ReduceKind::kProd, DiagOf(f.lu), {1});
     det = ir::Select(OddSwaps(f.pivots), ir::Unary(Op::kNeg, det), det);
     return {ir::Reshape(det, batch), ir::Reshape(f.lu, x.dims()), ir::Reshape(f.pivots, With(batch, {n}))};
