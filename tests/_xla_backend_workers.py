@@ -75,6 +75,8 @@ def _ddp(rank, world, out_dir, bucket_view=True):
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     x, y = make_data(world)
     losses = []
+    import torch_xla.debug.metrics as met
+    met.clear_counters()
     for s in range(STEPS):
         xs = x[s, rank * LOCAL_BATCH:(rank + 1) * LOCAL_BATCH].to(device)
         ys = y[s, rank * LOCAL_BATCH:(rank + 1) * LOCAL_BATCH].to(device)
@@ -86,7 +88,10 @@ def _ddp(rank, world, out_dir, bucket_view=True):
         losses.append(loss.item())
     assert not bucket_view or (calls["broadcast"] >= 1 and calls["allreduce"] >= STEPS), calls
     params = {k: v.detach().cpu() for k, v in ddp.module.state_dict().items()}
-    torch.save({"params": params, "losses": losses}, os.path.join(out_dir, f"ddp{rank}_{int(bucket_view)}.pt"))
+    # DDP's bucket views (as_strided reads and writes of the flat bucket) are lowered: no CPU fallback
+    fallbacks = sorted(set(met.executed_fallback_ops()) - {"aten::_local_scalar_dense"})
+    torch.save({"params": params, "losses": losses, "fallbacks": fallbacks},
+               os.path.join(out_dir, f"ddp{rank}_{int(bucket_view)}.pt"))
 
 
 def _collectives(rank, world):

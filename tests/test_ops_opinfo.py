@@ -160,6 +160,12 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("clone", ""): ("clone",),
     ("select_scatter", ""): ("select_scatter",),
     ("slice_scatter", ""): ("slice_scatter",),
+    # as_strided reads the storage of the view's base (functionalization), as_strided_copy; its
+    # backward writes through an as_strided view of zeros, as_strided_scatter (rows_as_strided.cc).
+    # Not "partial_views": its samples are views into larger storages, which moving them copies away.
+    ("as_strided", ""): ("as_strided_copy", "as_strided_scatter"),
+    ("as_strided_copy", ""): ("as_strided_copy",),
+    ("as_strided_scatter", ""): ("as_strided_scatter",),
     ("diagonal_scatter", ""): ("diagonal_scatter",),
     ("split", ""): ("split_copy.Tensor",),
     ("split", "list_args"): ("split_with_sizes_copy",),
@@ -356,6 +362,8 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("linalg.inv", ""): ("linalg_inv_ex",),
     ("linalg.inv_ex", ""): ("linalg_inv_ex",),
     ("linalg.det", ""): ("_linalg_det",),
+    ("linalg.slogdet", ""): ("_linalg_slogdet",),
+    ("logdet", ""): ("_linalg_slogdet",),
     ("linalg.solve", ""): ("_linalg_solve_ex",),
     ("linalg.solve_ex", ""): ("_linalg_solve_ex",),
     ("linalg.lu_solve", ""): ("linalg_lu_solve",),

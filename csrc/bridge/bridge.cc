@@ -323,6 +323,7 @@ class RowKernel : public c10::OperatorKernel {
         shares_input_(row->aten == "alias_copy" || row->aten == "detach_copy"),
         foreach_(row->aten.rfind("_foreach_", 0) == 0),
         strided_factory_(row->aten == "empty_strided"),
+        wants_layout_(row->aten.rfind("as_strided", 0) == 0),
         counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
     // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
     std::string base = row->aten.substr(0, row->aten.find('.'));
@@ -563,6 +564,11 @@ class RowKernel : public c10::OperatorKernel {
         return ta;
       }
       ta.v = x->GetValue();
+      if (wants_layout_) {  // rows that read the storage need its layout (rows_as_strided.cc)
+        ta.has_layout = true;
+        ta.strides = t.strides().vec();
+        ta.storage_offset = t.storage_offset();
+      }
       return ta;
     }
     if (index && t.device().is_cpu()) {
@@ -646,6 +652,7 @@ class RowKernel : public c10::OperatorKernel {
   bool shares_input_;
   bool foreach_;
   bool strided_factory_;
+  bool wants_layout_;
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;

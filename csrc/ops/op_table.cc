@@ -20,6 +20,7 @@ const std::vector<OpRow>& OpTable() {
     AddLinalgRows(*rows);
     AddBesselRows(*rows);
     AddHistcRows(*rows);
+    AddAsStridedRows(*rows);
     WrapLegality(*rows);
     AddForeachRows(*rows);
     return rows;

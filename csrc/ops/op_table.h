@@ -30,6 +30,11 @@ struct Scalar {
 struct TensorArg {
   Value v;
   bool wrapped_number = false;  // a Python number turned into a 0-dim tensor
+  // The tensor's eager layout (strides, storage offset), filled only for rows that read storage
+  // (as_strided_copy, as_strided_scatter: see rows_as_strided.cc).
+  bool has_layout = false;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;
   bool defined() const { return static_cast<bool>(v); }
 };
 

@@ -16,6 +16,7 @@ void AddExtraRows(std::vector<OpRow>& rows);
 void AddLinalgRows(std::vector<OpRow>& rows);
 void AddBesselRows(std::vector<OpRow>& rows);
 void AddHistcRows(std::vector<OpRow>& rows);
+void AddAsStridedRows(std::vector<OpRow>& rows);
 // After WrapLegality: foreach rows run the (checked) per-tensor rows.
 void AddForeachRows(std::vector<OpRow>& rows);
 // Eager's legality rules (legality.cc) run before the rows they name.

@@ -121,11 +121,22 @@ struct Lu {
   Value info;    // [B] s32
 };
 
-Lu LuFactorLoop(const Value& a);
+Lu LuFactorLoop(const Value& a, bool rounded_products);
 
-Lu LuFactor(const Value& a) {  // a: [B, m, n] float
+// rounded_products: each update a - l * u rounds l * u to the dtype first, as LAPACK's getrf does.
+// XLA:CPU always lets LLVM contract a multiply feeding one add into an FMA (one rounding), which
+// leaves ~1e-8 where LAPACK's elimination of an exactly singular matrix reaches an exact zero
+// pivot. LLVM contracts only a multiply with a single use: a second use that cannot change the
+// value (select(p != p, p, a - p): a - p is NaN whenever p is) keeps the product rounded.
+Value UpdateSub(const Value& m, const Value& outer, bool rounded_products) {
+  Value upd = ir::Binary(Op::kSub, m, outer);
+  if (!rounded_products) return upd;
+  return ir::Select(ir::Compare(CompareDir::kNE, outer, outer), outer, upd);
+}
+
+Lu LuFactor(const Value& a, bool rounded_products = false) {  // a: [B, m, n] float
   int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2];
-  if (std::max(rows, n) > kMaxUnrolledLu) return LuFactorLoop(a);
+  if (std::max(rows, n) > kMaxUnrolledLu) return LuFactorLoop(a, rounded_products);
   ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
   Value row_v = ir::Iota(vs, 1);
   Value row = ir::Iota(ms, 1), col = ir::Iota(ms, 2);
@@ -166,14 +177,14 @@ Lu LuFactor(const Value& a) {  // a: [B, m, n] float
     Value below = ir::Compare(CompareDir::kGT, row, ir::Full(static_cast<double>(k), ms));
     Value right = ir::Compare(CompareDir::kGT, col, ir::Full(static_cast<double>(k), ms));
     Value atk = ir::Compare(CompareDir::kEQ, col, ir::Full(static_cast<double>(k), ms));
-    m = ir::Select(ir::Binary(Op::kAnd, below, right), ir::Binary(Op::kSub, m, outer), m);
+    m = ir::Select(ir::Binary(Op::kAnd, below, right), UpdateSub(m, outer, rounded_products), m);
     m = ir::Select(ir::Binary(Op::kAnd, below, atk), lb, m);
   }
   return {m, perm, ir::Concatenate(pivots, 1), info};
 }
 
 // The same steps as LuFactor's, as a loop over k = 0 .. min(m, n) - 1 (k a runtime s64 scalar).
-Lu LuFactorLoop(const Value& a) {
+Lu LuFactorLoop(const Value& a, bool rounded_products) {
   int64_t bt = a.dims()[0], rows = a.dims()[1], n = a.dims()[2], steps = std::min(rows, n);
   ir::Shape vs(DType::kS64, {bt, rows}), ms(DType::kS64, {bt, rows, n});
   Value row_v0 = ir::Iota(vs, 1);
@@ -218,7 +229,7 @@ Lu LuFactorLoop(const Value& a) {
     Value below = ir::Compare(CompareDir::kGT, row, kms);
     Value right = ir::Compare(CompareDir::kGT, col, kms);
     Value atk = ir::Compare(CompareDir::kEQ, col, kms);
-    m = ir::Select(ir::Binary(Op::kAnd, below, right), ir::Binary(Op::kSub, m, outer), m);
+    m = ir::Select(ir::Binary(Op::kAnd, below, right), UpdateSub(m, outer, rounded_products), m);
     m = ir::Select(ir::Binary(Op::kAnd, below, atk), lb, m);
     return {m, perm, info, piv};
   };
@@ -494,8 +505,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     return {ir::Reshape(LuSolve(f, eye), x.dims()), ir::Reshape(f.info, BatchOf(x))};
   }});
   // det: eager factors A^T (contiguous A; XLA tensors always are), and returns that LU.
-  // _linalg_slogdet stays on the CPU: for an exactly singular matrix LAPACK's rounding may give an
-  // exact zero pivot (sign 0, logabsdet -inf) where this LU's rounding leaves ~1e-16.
+  // _linalg_slogdet (below) uses the same LU, with rounded products (see LuFactor).
   rows.push_back({"_linalg_det", [](OpArgs& a) -> V {
     Value x = a.V(0);
     RequireLu(x, true);
@@ -505,10 +515,33 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
       return {ir::Full(1, ir::Shape(x.dtype(), batch)), ir::Full(0, x.shape()),
               ir::Full(1, ir::Shape(DType::kS32, With(batch, {n})))};
     }
-    Lu f = LuFactor(FlattenBatch(MatT(x)));
+    Lu f = LuFactor(FlattenBatch(MatT(x)), /*rounded_products=*/true);  // exact zeros as LAPACK
     Value det = ir::Reduce(ir::ReduceKind::kProd, DiagOf(f.lu), {1});
     det = ir::Select(OddSwaps(f.pivots), ir::Unary(Op::kNeg, det), det);
     return {ir::Reshape(det, batch), ir::Reshape(f.lu, x.dims()), ir::Reshape(f.pivots, With(batch, {n}))};
+  }});
+  // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots), as eager: the LU of A^T, sign = the product
+  // of sgn(diag U) ((0 < u) - (u < 0): NaN gives 0, as torch.sgn) times the permutation's sign,
+  // logabsdet = sum log|diag U| (-inf for an exact zero pivot).
+  rows.push_back({"_linalg_slogdet", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    RequireLu(x, true);
+    auto batch = BatchOf(x);
+    int64_t n = x.dims()[x.rank() - 1];
+    if (x.shape().numel() == 0) {  // a 0 x 0 matrix: sign 1, logabsdet 0
+      return {ir::Full(1, ir::Shape(x.dtype(), batch)), ir::Full(0, ir::Shape(x.dtype(), batch)),
+              ir::Full(0, x.shape()), ir::Full(1, ir::Shape(DType::kS32, With(batch, {n})))};
+    }
+    Lu f = LuFactor(FlattenBatch(MatT(x)), /*rounded_products=*/true);
+    Value d = DiagOf(f.lu);  // [B, n]
+    Value zero = ir::Full(0, d.shape());
+    Value sgn = ir::Binary(Op::kSub, Cast(ir::Compare(CompareDir::kGT, d, zero), d.dtype()),
+                           Cast(ir::Compare(CompareDir::kLT, d, zero), d.dtype()));
+    Value sign = ir::Reduce(ir::ReduceKind::kProd, sgn, {1});
+    sign = ir::Select(OddSwaps(f.pivots), ir::Unary(Op::kNeg, sign), sign);
+    Value logabs = ir::Reduce(ir::ReduceKind::kSum, ir::Unary(Op::kLog, ir::Unary(Op::kAbs, d)), {1});
+    return {ir::Reshape(sign, batch), ir::Reshape(logabs, batch), ir::Reshape(f.lu, x.dims()),
+            ir::Reshape(f.pivots, With(batch, {n}))};
   }});
   // _linalg_solve_ex(A, B, left, check_errors) -> (result, LU, pivots, info); LU is A's.
   rows.push_back({"_linalg_solve_ex", [](OpArgs& a) -> V {
