@@ -201,7 +201,15 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
        }},
       {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
-      {"kthvalue", NoBool("kthvalue_cpu")},
+      {"kthvalue", [](OpArgs& a) {
+         // eager: k's range check, then a 0-dim input is returned as is (bool too; fuzz seed 9913),
+         // then the dtype dispatch
+         const Value& x = a.V(0);
+         if (x.rank() == 0 || x.dtype() != DType::kPred) return;
+         int64_t d = ir::NormalizeDim(a.Int(2), x.rank()), k = a.Int(1);
+         if (k < 1 || k > x.dims()[d]) return;  // the row raises eager's range error
+         NotImpl("kthvalue_cpu", DType::kPred);
+       }},
       {"round", NoBool("round_vml_cpu")},
       {"ceil", NoBool("ceil_vml_cpu")},
       {"floor", NoBool("floor_vml_cpu")},
@@ -249,7 +257,15 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"mm", NoBoolProduct("addmm_impl_cpu_", {0, 1})},
       {"addmm", NoBoolProduct("addmm_impl_cpu_", {1, 2})},
       {"bmm", NoBoolProduct("bmm", {0, 1})},
-      {"addmv", NoBoolProduct("addmv_impl_cpu", {1, 2})},
+      {"addmv", [](OpArgs& a) {
+         // eager's meta: self, mat and vec share one dtype (mv(f32 mat, bf16 vec) raises; fuzz seed 10053)
+         DType s = a.V(0).dtype(), m = a.V(1).dtype(), v = a.V(2).dtype();
+         if (s != m || m != v) {
+           a.Fail(std::string("addmv input tensors must have the same dtype, but got ") + TypeName(s) + ", " +
+                  TypeName(m) + ", and " + TypeName(v));
+         }
+         NoBoolProduct("addmv_impl_cpu", {1, 2})(a);
+       }},
       {"addcdiv", [](OpArgs& a) {
          if (ir::IsIntegral(a.V(1).dtype(), true) && ir::IsIntegral(a.V(2).dtype(), true)) {
            a.Fail("Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform "
