@@ -793,3 +793,26 @@ def test_fuzz_9400_range_findings():
         with pytest.raises(RuntimeError, match="addmv input tensors must have the same dtype, but got BFloat16, Float, "
                                                "and BFloat16"):
             torch.mv(torch.ones(2, 2, device=d), torch.ones(2, dtype=torch.bfloat16, device=d)).cpu()
+
+
+@pytest.mark.parametrize("case", ["mm bool shape", "bmm bool shape", "matmul bool 1d shape", "dot 2d", "dot mixed",
+                                  "dot sizes", "dot bool"])
+def test_products_check_shapes_before_bool_as_eager(case):
+    """Fuzz seeds 10454 and 10798: eager's shape (and dot's rank and dtype) errors come before its
+    bool NotImplementedError; dot of a 2-D tensor and dot of mixed dtypes were accepted here."""
+    b = dict(dtype=torch.bool)
+    f = {
+        "mm bool shape": lambda d: torch.ones(3, 1, device=d, **b) @ torch.ones(2, 2, device=d, **b),
+        "bmm bool shape": lambda d: torch.bmm(torch.ones(1, 3, 1, device=d, **b), torch.ones(1, 2, 2, device=d, **b)),
+        "matmul bool 1d shape": lambda d: torch.matmul(torch.ones(3, device=d, **b), torch.ones(4, device=d, **b)),
+        "dot 2d": lambda d: torch.dot(torch.ones(3, 1, device=d), torch.ones(3, device=d)),
+        "dot mixed": lambda d: torch.dot(torch.ones(3, device=d), torch.ones(3, dtype=torch.float64, device=d)),
+        "dot sizes": lambda d: torch.dot(torch.ones(3, device=d), torch.ones(4, device=d)),
+        "dot bool": lambda d: torch.dot(torch.ones(3, device=d, **b), torch.ones(3, device=d, **b)),
+    }[case]
+    with pytest.raises(Exception) as e:
+        f("cpu")
+    with pytest.raises(type(e.value)) as got:
+        f(DEV).cpu()
+    if case not in ("mm bool shape", "bmm bool shape"):  # those name the shapes in another format
+        assert str(e.value).split("\n")[0] in str(got.value)

@@ -83,6 +83,12 @@ Rule NoBoolProduct(const std::string& kernel, std::vector<size_t> operands) {
     // mm with mixed dtypes: eager's "expected m1 and m2 to have the same dtype" comes first (the
     // row's check); bmm checks bool first.
     if (kernel == "addmm_impl_cpu_" && a.V(operands[0]).dtype() != a.V(operands[1]).dtype()) return;
+    // Mismatched inner sizes: eager's shape error comes first (the row's check; fuzz seed 10454).
+    const Value &m1 = a.V(operands[0]), &m2 = a.V(operands[1]);
+    if (m1.rank() >= 2 && m2.rank() >= 1) {
+      int64_t k2 = m2.rank() == 1 ? m2.dims()[0] : m2.dims()[m2.rank() - 2];
+      if (m1.dims()[m1.rank() - 1] != k2) return;
+    }
     if (a.V(operands[0]).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
   };
 }
@@ -241,7 +247,25 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"argmax", NoBoolRuntime("argmax(): does not support bool input")},
       {"argmin", NoBoolRuntime("argmin(): does not support bool input")},
       {"abs", NoBool("abs_cpu")},
-      {"dot", NoBool("dot")},  // eager checks dot's dtype even for empty vectors
+      {"dot", [](OpArgs& a) {
+         // eager checks dot's dtype even for empty vectors, after its shape checks (fuzz seed 10798)
+         const Value &x = a.V(0), &y = a.V(1);
+         if (x.rank() != 1 || y.rank() != 1) {
+           a.Fail("1D tensors expected, but got " + std::to_string(x.rank()) + "D and " + std::to_string(y.rank()) +
+                  "D tensors");
+         }
+         if (x.dtype() != y.dtype()) {
+           a.Fail(std::string("dot : expected both vectors to have same dtype, but found ") + TypeName(x.dtype()) +
+                  " and " + TypeName(y.dtype()));
+         }
+         int64_t n = x.dims()[0], m = y.dims()[0];
+         if (n != m) {
+           a.Fail("inconsistent tensor size, expected tensor [" + std::to_string(n) + "] and src [" + std::to_string(m) +
+                  "] to have the same number of elements, but got " + std::to_string(n) + " and " + std::to_string(m) +
+                  " elements respectively");
+         }
+         NoBool("dot")(a);
+       }},
       {"fmod.Tensor", [](OpArgs& a) {
          if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("fmod_cpu", DType::kPred);
        }},
