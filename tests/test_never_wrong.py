@@ -816,3 +816,14 @@ def test_products_check_shapes_before_bool_as_eager(case):
         f(DEV).cpu()
     if case not in ("mm bool shape", "bmm bool shape"):  # those name the shapes in another format
         assert str(e.value).split("\n")[0] in str(got.value)
+
+
+@pytest.mark.parametrize("shape,k", [((1, 1, 2, 2), 3), ((3, 2, 5), 3), ((2, 1, 2, 5), (3, 1))])
+@pytest.mark.parametrize("pool", [F.max_pool2d, F.avg_pool2d])
+def test_pool_output_too_small_message_as_eager(shape, k, pool):
+    """Eager names every output size ("Calculated output size: (1x0x0)"), we said "(...)"."""
+    with pytest.raises(RuntimeError) as e:
+        pool(torch.zeros(shape), k)
+    with pytest.raises(RuntimeError) as got:
+        pool(torch.zeros(shape, device=DEV), k).cpu()
+    assert str(e.value) in str(got.value)
