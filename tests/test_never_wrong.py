@@ -708,3 +708,122 @@ def test_pow_zero_exponent_of_bool_and_kthvalue_of_bool():
             torch.testing.assert_close(got, ref, equal_nan=True)
     with pytest.raises(NotImplementedError, match="kthvalue_cpu"):
         torch.tensor([True, False], device=DEV).kthvalue(1)
+
+
+_OUT_CASES = {  # README "Known gaps" said these cast; eager checks the out= tensor's dtype
+    "add float into long": lambda d: torch.add(torch.tensor([1.5], device=d), torch.tensor([1.0], device=d),
+                                               out=torch.zeros(1, dtype=torch.long, device=d)),
+    "mul by float scalar into int": lambda d: torch.mul(torch.tensor([1.5], device=d), 2,
+                                                        out=torch.zeros(1, dtype=torch.int32, device=d)),
+    "sin into long": lambda d: torch.sin(torch.tensor([1.5], device=d), out=torch.zeros(1, dtype=torch.long, device=d)),
+    "add long into bool": lambda d: torch.add(torch.tensor([1], device=d), torch.tensor([1], device=d),
+                                              out=torch.zeros(1, dtype=torch.bool, device=d)),
+    "mm into long": lambda d: torch.mm(torch.ones(1, 1, device=d), torch.ones(1, 1, device=d),
+                                       out=torch.zeros(1, 1, dtype=torch.long, device=d)),
+    "cat into long": lambda d: torch.cat([torch.tensor([1.5], device=d)], out=torch.zeros(1, dtype=torch.long, device=d)),
+    "where into long": lambda d: torch.where(torch.tensor([True], device=d), torch.tensor([1.5], device=d),
+                                             torch.tensor([1.0], device=d), out=torch.zeros(1, dtype=torch.long, device=d)),
+    "clamp into long": lambda d: torch.clamp(torch.tensor([1.5], device=d), 0, 1,
+                                             out=torch.zeros(1, dtype=torch.long, device=d)),
+    # accepted by eager: results into a wider or equal type
+    "add long into float": lambda d: torch.add(torch.tensor([1], device=d), torch.tensor([2], device=d),
+                                               out=torch.zeros(1, dtype=torch.float32, device=d)),
+    "add float into f16": lambda d: torch.add(torch.tensor([1.5], device=d), torch.tensor([1.0], device=d),
+                                              out=torch.zeros(1, dtype=torch.float16, device=d)),
+    "eq into float": lambda d: torch.eq(torch.tensor([1.0, 2.0], device=d), 1.0, out=torch.zeros(2, device=d)),
+    "sum float into long": lambda d: torch.sum(torch.tensor([1.5, 2.0], device=d), 0,
+                                               out=torch.zeros((), dtype=torch.long, device=d)),
+    "add int + python float into float": lambda d: torch.add(torch.tensor([1], device=d), 2.5,
+                                                             out=torch.zeros(1, device=d)),
+    "mul int by 0-dim cpu into float": lambda d: torch.mul(torch.tensor([3], device=d), torch.tensor(0.5),
+                                                           out=torch.zeros(1, device=d)),
+    "index_select long index": lambda d: torch.index_select(torch.tensor([1.5, 2.5], device=d), 0,
+                                                            torch.tensor([1], device=d), out=torch.zeros(1, device=d)),
+    "resized empty out": lambda d: torch.add(torch.tensor([1, 2], device=d), 1.5, out=torch.empty(0, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OUT_CASES))
+def test_out_dtype_checked_as_eager(name):
+    """`torch.add(x, y, out=o)` with an `o` that cannot hold the result raised in eager and cast here
+    (functionalization never ran the out= op's meta checks)."""
+    f = _OUT_CASES[name]
+    try:
+        ref = f("cpu")
+    except Exception as e:
+        with pytest.raises(type(e)) as got:
+            f(DEV).cpu()
+        if name in ("mm into long", "where into long", "clamp into long"):
+            # torch's Python meta words these differently (README): same type, both dtypes named
+            m = str(got.value)
+            assert ("float32" in m or "Float" in m) and ("int64" in m or "Long" in m), m
+        else:
+            assert str(e).split("\n")[0] in str(got.value)
+        return
+    got = f(DEV).cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    torch.testing.assert_close(got, ref)
+
+
+def test_fuzz_9400_range_findings():
+    """Seeds 9810, 10183, 9913, 10053 of the 9400-10399 run."""
+    # gelu(+inf) of a one-element f32/bf16 tensor: eager's scalar path gives inf (its vectorized
+    # path, for more elements, NaN)
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in ((), (1,), (1, 1), (3,), (9,)):
+            x = torch.full(shape, INF, dtype=dt)
+            torch.testing.assert_close(F.gelu(x.to(DEV)).cpu(), F.gelu(x), equal_nan=True)
+    # backward of a 0-dim softmax/log_softmax: NaN for an infinite or NaN input, as eager
+    for f in (F.softmax, F.log_softmax):
+        for v in (INF, -INF, NAN, 2.0):
+            grads = []
+            for d in ("cpu", DEV):
+                x = torch.tensor(v, device=d, requires_grad=True)
+                f(x, -1).sum().backward()
+                grads.append(x.grad.cpu())
+            torch.testing.assert_close(grads[1], grads[0], equal_nan=True)
+    # kthvalue of a 0-dim bool tensor returns it (eager's dtype check runs only for dim > 0)
+    for d in ("cpu", DEV):
+        v, i = torch.tensor(True, device=d).kthvalue(1, 0)
+        assert v.item() is True and i.item() == 0
+        with pytest.raises(NotImplementedError, match="kthvalue_cpu"):
+            torch.tensor([True], device=d).kthvalue(1, 0)[0].cpu()
+    # mv of a float matrix and a bf16 vector: eager's addmv dtype error
+    for d in ("cpu", DEV):
+        with pytest.raises(RuntimeError, match="addmv input tensors must have the same dtype, but got BFloat16, Float, "
+                                               "and BFloat16"):
+            torch.mv(torch.ones(2, 2, device=d), torch.ones(2, dtype=torch.bfloat16, device=d)).cpu()
+
+
+@pytest.mark.parametrize("case", ["mm bool shape", "bmm bool shape", "matmul bool 1d shape", "dot 2d", "dot mixed",
+                                  "dot sizes", "dot bool"])
+def test_products_check_shapes_before_bool_as_eager(case):
+    """Fuzz seeds 10454 and 10798: eager's shape (and dot's rank and dtype) errors come before its
+    bool NotImplementedError; dot of a 2-D tensor and dot of mixed dtypes were accepted here."""
+    b = dict(dtype=torch.bool)
+    f = {
+        "mm bool shape": lambda d: torch.ones(3, 1, device=d, **b) @ torch.ones(2, 2, device=d, **b),
+        "bmm bool shape": lambda d: torch.bmm(torch.ones(1, 3, 1, device=d, **b), torch.ones(1, 2, 2, device=d, **b)),
+        "matmul bool 1d shape": lambda d: torch.matmul(torch.ones(3, device=d, **b), torch.ones(4, device=d, **b)),
+        "dot 2d": lambda d: torch.dot(torch.ones(3, 1, device=d), torch.ones(3, device=d)),
+        "dot mixed": lambda d: torch.dot(torch.ones(3, device=d), torch.ones(3, dtype=torch.float64, device=d)),
+        "dot sizes": lambda d: torch.dot(torch.ones(3, device=d), torch.ones(4, device=d)),
+        "dot bool": lambda d: torch.dot(torch.ones(3, device=d, **b), torch.ones(3, device=d, **b)),
+    }[case]
+    with pytest.raises(Exception) as e:
+        f("cpu")
+    with pytest.raises(type(e.value)) as got:
+        f(DEV).cpu()
+    if case not in ("mm bool shape", "bmm bool shape"):  # those name the shapes in another format
+        assert str(e.value).split("\n")[0] in str(got.value)
+
+
+@pytest.mark.parametrize("shape,k", [((1, 1, 2, 2), 3), ((3, 2, 5), 3), ((2, 1, 2, 5), (3, 1))])
+@pytest.mark.parametrize("pool", [F.max_pool2d, F.avg_pool2d])
+def test_pool_output_too_small_message_as_eager(shape, k, pool):
+    """Eager names every output size ("Calculated output size: (1x0x0)"), we said "(...)"."""
+    with pytest.raises(RuntimeError) as e:
+        pool(torch.zeros(shape), k)
+    with pytest.raises(RuntimeError) as got:
+        pool(torch.zeros(shape, device=DEV), k).cpu()
+    assert str(e.value) in str(got.value)

@@ -1074,6 +1074,7 @@ void RegisterKernels() {
                                   "div_.Scalar", "fill_.Scalar"};
   RegisterFunctionalizationFixes(cpp_meta_ops);
   RegisterInplaceOverlapChecks();
+  RegisterOutDtypeChecks();
   // No sparse XLA tensors (as PyTorch/XLA): the ops that would build one raise, naming the op.
   static torch::Library* sparse =
       new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::SparseXLA, __FILE__, __LINE__);

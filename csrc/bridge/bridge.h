@@ -47,6 +47,9 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops);
 // Eager's "some elements of the input tensor and the written-to tensor refer to a single memory
 // location" for in-place ops on XLA tensors (inplace_overlap.cc).
 void RegisterInplaceOverlapChecks();
+// Eager's dtype checks of `out=` tensors (a float result into a long `out` raises), which
+// functionalization skips (out_dtype_check.cc).
+void RegisterOutDtypeChecks();
 // In-place ops that read what they write: eager's error for broadcast overlap, and ours for any
 // other overlap of `self`'s elements (eager's result would depend on its iteration order).
 void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);

@@ -104,9 +104,14 @@ void RegisterInplaceOverlapChecks() {
   const char* env = std::getenv("TXLA_INPLACE_OVERLAP_CHECK");
   if (env && std::string(env) == "0") return;
   // In-place ops whose eager kernels are TensorIterators (partial overlap with an input raises;
-  // an input equal to self is fine), checked one by one against eager (a view `x[:3]` written
-  // from `x[1:]`). Not here because eager accepts the overlap: masked_fill_, masked_scatter_,
-  // ldexp_; or because they have no tensor operand besides self.
+  // an input equal to self is fine). The list is every aten in-place overload with a written
+  // `self` and another tensor operand for which eager CPU raises this error, found by
+  // scripts/enum_inplace_overlap.py, which calls each such overload with a partially overlapping
+  // operand and with `self` itself on eager CPU and on XLA and prints where the two differ
+  // (aliases such as subtract_, multiply_, clip_, __iand__ decompose into ops listed here). Not
+  // here because eager accepts the overlap: masked_fill_, masked_scatter_, ldexp_, addmm_,
+  // addmv_, baddbmm_, addbmm_, index_fill_, fill_; or because they have no tensor operand
+  // besides self.
   auto& dispatcher = c10::Dispatcher::singleton();
   static torch::Library* lib =
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
@@ -141,11 +146,13 @@ void RegisterInplaceOverlapChecks() {
   TXLA_OVERLAP(__ilshift___Tensor, false) TXLA_OVERLAP(__irshift___Tensor, false)
   TXLA_OVERLAP(floor_divide__Tensor, false) TXLA_OVERLAP(nextafter_, false) TXLA_OVERLAP(heaviside_, false)
   TXLA_OVERLAP(igamma_, false) TXLA_OVERLAP(igammac_, false) TXLA_OVERLAP(gcd_, false) TXLA_OVERLAP(lcm_, false)
-  TXLA_OVERLAP(float_power__Tensor, false)
+  TXLA_OVERLAP(float_power__Tensor, false) TXLA_OVERLAP(_add_relu__Tensor, false) TXLA_OVERLAP(addr_, false)
+  TXLA_OVERLAP(bernoulli__Tensor, false)
   // Index and scatter ops: eager's assert_no_overlap (an operand equal to self raises as well).
   TXLA_OVERLAP(index_add_, true) TXLA_OVERLAP(index_copy_, true) TXLA_OVERLAP(scatter__src, true)
   TXLA_OVERLAP(scatter__reduce, true) TXLA_OVERLAP(scatter_add_, true) TXLA_OVERLAP(scatter_reduce__two, true)
   TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_put_, true) TXLA_OVERLAP(index_reduce_, true)
+  TXLA_OVERLAP(_index_put_impl_, true)
 #undef TXLA_OVERLAP
 }
 

@@ -83,6 +83,12 @@ Rule NoBoolProduct(const std::string& kernel, std::vector<size_t> operands) {
     // mm with mixed dtypes: eager's "expected m1 and m2 to have the same dtype" comes first (the
     // row's check); bmm checks bool first.
     if (kernel == "addmm_impl_cpu_" && a.V(operands[0]).dtype() != a.V(operands[1]).dtype()) return;
+    // Mismatched inner sizes: eager's shape error comes first (the row's check; fuzz seed 10454).
+    const Value &m1 = a.V(operands[0]), &m2 = a.V(operands[1]);
+    if (m1.rank() >= 2 && m2.rank() >= 1) {
+      int64_t k2 = m2.rank() == 1 ? m2.dims()[0] : m2.dims()[m2.rank() - 2];
+      if (m1.dims()[m1.rank() - 1] != k2) return;
+    }
     if (a.V(operands[0]).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
   };
 }
@@ -201,7 +207,15 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
        }},
       {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
-      {"kthvalue", NoBool("kthvalue_cpu")},
+      {"kthvalue", [](OpArgs& a) {
+         // eager: k's range check, then a 0-dim input is returned as is (bool too; fuzz seed 9913),
+         // then the dtype dispatch
+         const Value& x = a.V(0);
+         if (x.rank() == 0 || x.dtype() != DType::kPred) return;
+         int64_t d = ir::NormalizeDim(a.Int(2), x.rank()), k = a.Int(1);
+         if (k < 1 || k > x.dims()[d]) return;  // the row raises eager's range error
+         NotImpl("kthvalue_cpu", DType::kPred);
+       }},
       {"round", NoBool("round_vml_cpu")},
       {"ceil", NoBool("ceil_vml_cpu")},
       {"floor", NoBool("floor_vml_cpu")},
@@ -233,7 +247,25 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"argmax", NoBoolRuntime("argmax(): does not support bool input")},
       {"argmin", NoBoolRuntime("argmin(): does not support bool input")},
       {"abs", NoBool("abs_cpu")},
-      {"dot", NoBool("dot")},  // eager checks dot's dtype even for empty vectors
+      {"dot", [](OpArgs& a) {
+         // eager checks dot's dtype even for empty vectors, after its shape checks (fuzz seed 10798)
+         const Value &x = a.V(0), &y = a.V(1);
+         if (x.rank() != 1 || y.rank() != 1) {
+           a.Fail("1D tensors expected, but got " + std::to_string(x.rank()) + "D and " + std::to_string(y.rank()) +
+                  "D tensors");
+         }
+         if (x.dtype() != y.dtype()) {
+           a.Fail(std::string("dot : expected both vectors to have same dtype, but found ") + TypeName(x.dtype()) +
+                  " and " + TypeName(y.dtype()));
+         }
+         int64_t n = x.dims()[0], m = y.dims()[0];
+         if (n != m) {
+           a.Fail("inconsistent tensor size, expected tensor [" + std::to_string(n) + "] and src [" + std::to_string(m) +
+                  "] to have the same number of elements, but got " + std::to_string(n) + " and " + std::to_string(m) +
+                  " elements respectively");
+         }
+         NoBool("dot")(a);
+       }},
       {"fmod.Tensor", [](OpArgs& a) {
          if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("fmod_cpu", DType::kPred);
        }},
@@ -249,7 +281,15 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"mm", NoBoolProduct("addmm_impl_cpu_", {0, 1})},
       {"addmm", NoBoolProduct("addmm_impl_cpu_", {1, 2})},
       {"bmm", NoBoolProduct("bmm", {0, 1})},
-      {"addmv", NoBoolProduct("addmv_impl_cpu", {1, 2})},
+      {"addmv", [](OpArgs& a) {
+         // eager's meta: self, mat and vec share one dtype (mv(f32 mat, bf16 vec) raises; fuzz seed 10053)
+         DType s = a.V(0).dtype(), m = a.V(1).dtype(), v = a.V(2).dtype();
+         if (s != m || m != v) {
+           a.Fail(std::string("addmv input tensors must have the same dtype, but got ") + TypeName(s) + ", " +
+                  TypeName(m) + ", and " + TypeName(v));
+         }
+         NoBoolProduct("addmv_impl_cpu", {1, 2})(a);
+       }},
       {"addcdiv", [](OpArgs& a) {
          if (ir::IsIntegral(a.V(1).dtype(), true) && ir::IsIntegral(a.V(2).dtype(), true)) {
            a.Fail("Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform "

@@ -158,6 +158,8 @@ PoolGeom Pool(const Value& x, int nsp, std::vector<int64_t> k, std::vector<int64
   g.strides.assign(lead, 1);
   g.dilation.assign(lead, 1);
   g.padding.assign(2 * lead, 0);
+  // Every spatial output size first: eager's error names them all ("(1x0x0)").
+  std::vector<int64_t> outs(nsp);
   for (int i = 0; i < nsp; ++i) {
     int64_t in = x.dims()[lead + i], span = d[i] * (k[i] - 1) + 1;
     if (p[i] * 2 > k[i]) throw ir::ShapeError("pad should be at most half of effective kernel size");
@@ -165,14 +167,21 @@ PoolGeom Pool(const Value& x, int nsp, std::vector<int64_t> k, std::vector<int64
     auto floor_div = [](int64_t n, int64_t q) { return n >= 0 ? n / q : -((-n + q - 1) / q); };
     int64_t o = (ceil_mode ? floor_div(num + s[i] - 1, s[i]) : floor_div(num, s[i])) + 1;
     if (ceil_mode && (o - 1) * s[i] >= in + p[i]) --o;
-    if (o <= 0) {
-      std::string in_s, out_s;
-      for (int j = 0; j < x.rank(); ++j) {
-        if (j < lead - 1) continue;
-        in_s += (in_s.empty() ? "" : "x") + std::to_string(x.dims()[j]);
-      }
-      throw ir::ShapeError("Given input size: (" + in_s + "). Calculated output size: (...). Output size is too small");
+    outs[i] = o;
+  }
+  for (int i = 0; i < nsp; ++i) {
+    if (outs[i] > 0) continue;
+    std::string in_s, out_s;
+    for (int j = std::max(lead - 1, 0); j < x.rank(); ++j) {
+      in_s += (in_s.empty() ? "" : "x") + std::to_string(x.dims()[j]);
     }
+    if (lead >= 1) out_s = std::to_string(x.dims()[lead - 1]);
+    for (int64_t o : outs) out_s += (out_s.empty() ? "" : "x") + std::to_string(o);
+    throw ir::ShapeError("Given input size: (" + in_s + "). Calculated output size: (" + out_s +
+                         "). Output size is too small");
+  }
+  for (int i = 0; i < nsp; ++i) {
+    int64_t o = outs[i], in = x.dims()[lead + i], span = d[i] * (k[i] - 1) + 1;
     g.out.push_back(o);
     g.window.push_back(k[i]);
     g.strides.push_back(s[i]);

@@ -232,21 +232,21 @@ void AddNnRows(std::vector<OpRow>& rows) {
   rows.push_back({"_softmax_backward_data", [](OpArgs& a) -> V {
     Value g = a.V(0), y = a.V(1);
     int64_t dim = ir::NormalizeDim(a.Int(2), y.rank());
-    if (y.rank() == 0) return {ir::Full(0, ir::Shape(a.args[3].dtype, {}))};  // softmax of a scalar is 1
     DType ct = OpMath(y.dtype());
     g = Cast(g, ct), y = Cast(y, ct);
     Value gy = ir::Binary(Op::kMul, g, y);
-    Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, gy, {dim}), y.dims(), {dim});
+    // A scalar's sum over its one element is itself: y * (g - g * y) is 0 for y = 1 and finite g,
+    // NaN for a NaN output or an infinite gradient, as eager (fuzz seed 10183).
+    Value s = y.rank() == 0 ? gy : KeepDims(ir::Reduce(ir::ReduceKind::kSum, gy, {dim}), y.dims(), {dim});
     Value r = ir::Binary(Op::kMul, y, Bin(Op::kSub, g, s));
     return {Cast(r, a.args[3].dtype)};
   }});
   rows.push_back({"_log_softmax_backward_data", [](OpArgs& a) -> V {
     Value g = a.V(0), y = a.V(1);
     int64_t dim = ir::NormalizeDim(a.Int(2), y.rank());
-    if (y.rank() == 0) return {ir::Full(0, ir::Shape(a.args[3].dtype, {}))};  // log_softmax of a scalar is 0
     DType ct = OpMath(y.dtype());
     g = Cast(g, ct), y = Cast(y, ct);
-    Value s = KeepDims(ir::Reduce(ir::ReduceKind::kSum, g, {dim}), y.dims(), {dim});
+    Value s = y.rank() == 0 ? g : KeepDims(ir::Reduce(ir::ReduceKind::kSum, g, {dim}), y.dims(), {dim});
     Value r = ir::Binary(Op::kSub, g, Bin(Op::kMul, ir::Unary(Op::kExp, y), s));
     return {Cast(r, a.args[3].dtype)};
   }});

@@ -1,0 +1,191 @@
+// Eager's checks of an `out=` tensor's dtype (issue #7):
+//
+//   torch.add(x, y, out=torch.empty(1, dtype=torch.long, device=d))   # x float: eager raises
+//   "result type Float can't be cast to the desired output type Long"
+//
+// Functionalization turns an out= op into its functional op and then replaces `out`'s value with
+// the result, casting it to `out`'s dtype; unlike in-place ops, it never runs the out= op's meta
+// kernel, so eager's dtype checks (TensorIterator's safe-casting rule, `mm`'s "Expected out tensor
+// to have dtype ...", `cat`'s TypeError, ...) were skipped and the result silently cast.
+//
+// Here the ADInplaceOrView kernel of every out= overload (it only redispatches and bumps the
+// outputs' versions) is replaced by one that, for XLA outputs whose dtype differs from an input's
+// (the only case where eager's dtype rules can refuse), first runs the overload's own meta kernel
+// on meta copies of the arguments: eager's error, with eager's type and message, at the op. Same
+// dtypes skip the meta call, so an out= op on XLA pays a dtype comparison per tensor argument.
+// The kernel is boxed (one per schema, hundreds of ops), so an out= call on a CPU tensor pays
+// the boxing of its arguments (bench/bench_inplace_overlap.py measures it);
+// TXLA_OUT_DTYPE_CHECK=0 turns it off.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bridge/bridge.h"
+
+namespace txla::bridge {
+namespace {
+
+at::Tensor ToMeta(const at::Tensor& t) {
+  // CPU scalars (wrapped Python numbers among them) stay: meta kernels take them as eager does.
+  if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+// "torch.float32" -> Float (c10's name, which eager's messages use).
+std::string DtypeName(const std::string& torch_name) {
+  static const std::pair<const char*, c10::ScalarType> names[] = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort},  {"int8", at::kChar},
+      {"uint8", at::kByte},    {"bool", at::kBool},      {"complex64", at::kComplexFloat},
+      {"complex128", at::kComplexDouble}};
+  std::string n = torch_name.rfind("torch.", 0) == 0 ? torch_name.substr(6) : torch_name;
+  for (const auto& [k, v] : names) {
+    if (n == k) return c10::toString(v);
+  }
+  return torch_name;
+}
+
+// The meta kernels of many out= ops are torch's Python references, whose out= wrapper words the
+// refusal differently ("Attempting to cast from torch.float32 to out tensor with dtype
+// torch.int64, but this can't be cast because it is not safe!"): eager's message instead.
+[[noreturn]] void RethrowAsEager(const c10::OperatorHandle& op, const std::exception& e) {
+  std::string m = e.what();
+  const std::string from = "Attempting to cast from ", to = " to out tensor with dtype ";
+  size_t a = m.find(from), b = m.find(to);
+  if (a == std::string::npos || b == std::string::npos || b < a) throw;
+  std::string src = m.substr(a + from.size(), b - a - from.size());
+  size_t c = b + to.size(), d = m.find_first_of(", ", c);
+  std::string dst = DtypeName(m.substr(c, d == std::string::npos ? std::string::npos : d - c));
+  if (op.schema().name() == "aten::cat") {
+    TORCH_CHECK_TYPE(false, "torch.cat(): input types can't be cast to the desired output type ", dst);
+  }
+  TORCH_CHECK(false, "result type ", DtypeName(src), " can't be cast to the desired output type ", dst);
+}
+
+c10::IValue ToMeta(const c10::IValue& v) {
+  if (v.isTensor()) return ToMeta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(ToMeta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(ToMeta(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+struct OutCheck final : c10::OperatorKernel {
+  explicit OutCheck(std::vector<size_t> outs) : outs_(std::move(outs)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    auto args = torch::jit::last(*stack, n);
+    if (NeedsCheck(args)) {
+      torch::jit::Stack meta;
+      meta.reserve(n);
+      for (const c10::IValue& v : args) meta.push_back(ToMeta(v));
+      c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKeySet(c10::DispatchKey::Python));
+      try {
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+      } catch (const c10::NotImplementedError&) {
+        // no meta kernel for this overload (data-dependent shapes: nonzero): nothing to check here
+      } catch (const c10::Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        std::string m = e.what();
+        if (m.find("NotImplementedError") == std::string::npos && m.find("unimplemented") == std::string::npos) {
+          RethrowAsEager(op, e);
+        }
+      }
+    }
+    std::vector<at::Tensor> outs;
+    for (size_t i : outs_) {
+      if (args[i].isTensor()) outs.push_back(args[i].toTensor());
+    }
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    }
+    for (at::Tensor& t : outs) torch::autograd::impl::bump_version(t);
+  }
+
+  // An XLA output whose dtype differs from a tensor input's.
+  bool NeedsCheck(c10::ArrayRef<c10::IValue> args) const {
+    for (size_t i : outs_) {
+      if (!args[i].isTensor()) continue;
+      const at::Tensor& out = args[i].toTensor();
+      if (!out.defined() || out.device().type() != c10::DeviceType::XLA) continue;
+      for (size_t j = 0; j < args.size(); ++j) {
+        if (std::find(outs_.begin(), outs_.end(), j) != outs_.end()) continue;
+        const c10::IValue& v = args[j];
+        if (v.isTensor()) {
+          if (v.toTensor().defined() && v.toTensor().scalar_type() != out.scalar_type()) return true;
+        } else if (v.isTensorList()) {
+          for (const at::Tensor& t : v.toTensorList()) {
+            if (t.defined() && t.scalar_type() != out.scalar_type()) return true;
+          }
+        }
+      }
+    }
+    return false;
+  }
+
+  std::vector<size_t> outs_;
+};
+
+}  // namespace
+
+void RegisterOutDtypeChecks() {
+  const char* env = std::getenv("TXLA_OUT_DTYPE_CHECK");
+  if (env && std::string(env) == "0") return;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  static torch::Library* lib =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
+  struct Quiet : c10::WarningHandler {
+    void process(const c10::Warning&) override {}  // the override of the generated kernel is deliberate
+  } quiet;
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::ADInplaceOrView) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
+      continue;
+    }
+    const auto& schema = op->schema();
+    if (schema.is_mutable() == false) continue;
+    // out= overloads: the written arguments are keyword-only (in-place ops write `self`).
+    std::vector<size_t> outs;
+    bool other_writes = false;
+    const auto& a = schema.arguments();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].alias_info() || !a[i].alias_info()->isWrite()) continue;
+      if (a[i].kwarg_only() && a[i].type()->kind() == c10::TypeKind::TensorType) {
+        outs.push_back(i);
+      } else {
+        other_writes = true;
+      }
+    }
+    if (outs.empty() || other_writes) continue;
+    // bernoulli's eager kernel samples into any out dtype; its Python meta promotes and refuses.
+    if (name.name == "aten::bernoulli") continue;
+    std::string key = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    lib->impl(key.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OutCheck>(std::move(outs))));
+  }
+}
+
+}  // namespace txla::bridge
