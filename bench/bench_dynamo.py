@@ -18,8 +18,10 @@ Each configuration runs in a fresh process.
   for its own step on XLA:CPU; TXLA_DONATION_SYNC_RELEASE=1 reproduces that.)
 
 Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
-       [--xla-only] [--batch 16] [--block 64] [--repeat 1] [--ab]
+       [--xla-only] [--batch 16] [--block 64] [--repeat 1] [--ab] [--func] [--allocator glibc,mimalloc]
 (--batch 2 --block 8: the device's compute is negligible, so the host times are the host cost alone)
+--allocator: the host allocator of the child processes (default glibc's malloc, whatever the caller
+preloads); a comma-separated list runs every configuration with each, interleaved in fresh processes.
 """
 import argparse
 import json
@@ -35,7 +37,7 @@ import json, sys, time
 sys.path.insert(0, {examples!r})
 import torch
 mode, steps, warmup, layers, batch, block = {mode!r}, {steps}, {warmup}, {layers}, {batch}, {block}
-xla = mode in ("lazy", "openxla")
+xla = mode in ("lazy", "openxla", "openxla_func")
 if xla:
     import torch_xla, torch_xla.debug.metrics as met, torch_xla.core.xla_model as xm
     device = torch_xla.device()
@@ -57,7 +59,38 @@ def step(x, y):
     opt.step()
     return loss
 
-if mode == "openxla":
+if mode == "openxla_func":
+    # The whole step as one graph: torch.func computes the gradients inside it, AdamW's update
+    # (torch.optim.AdamW's formula, foreach=False) written out; no AOT Autograd, no autograd engine.
+    from torch.func import functional_call, grad_and_value
+    names = [n for n, _ in model.named_parameters()]
+    P = [p.detach() for _, p in model.named_parameters()]
+    M1 = [torch.zeros_like(p) for p in P]
+    M2 = [torch.zeros_like(p) for p in P]
+    T = torch.ones(())  # the step number, a CPU scalar as torch.optim keeps it
+    lr, b1, b2, eps, wd = 1e-3, 0.9, 0.999, 1e-8, 1e-2
+
+    def loss_fn(ps, x, y):
+        return functional_call(model, dict(zip(names, ps)), (x, y))[1]
+
+    def fstep(P, M1, M2, T, x, y):
+        grads, loss = grad_and_value(loss_fn)(P, x, y)
+        with torch.no_grad():
+            bc1, bc2 = 1 - b1 ** T, 1 - b2 ** T
+            for p, g, m1, m2 in zip(P, grads, M1, M2):
+                p.mul_(1 - lr * wd)
+                m1.lerp_(g, 1 - b1)
+                m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                p.addcdiv_(m1, m2.sqrt() / bc2.sqrt() + eps, value=-lr / bc1)
+        return loss
+
+    cf = torch.compile(fstep, backend="openxla_eval")
+
+    def f(x, y):
+        loss = cf(P, M1, M2, T, x, y)
+        T.add_(1)
+        return loss
+elif mode == "openxla":
     f = torch.compile(step, backend="openxla")
 elif mode == "inductor":
     f = torch.compile(step)
@@ -135,14 +168,32 @@ if xla:
     moved = {{n: v - c0.get(n, 0) for n, v in c1.items() if n.startswith(("xla::", "aten::")) and v != c0.get(n, 0)}}
     out["ops_traced_per_step"] = sum(moved.values()) / steps
     out["compiles_in_loop"] = (c1.get("UncachedCompile", 0) or 0) - (c0.get("UncachedCompile", 0) or 0)
+_maps = open("/proc/self/maps").read()
+out["allocator"] = next((n for n in ("mimalloc", "jemalloc", "tcmalloc") if "lib" + n in _maps), "glibc")
 print("RESULT " + json.dumps(out))
 """
 
 
-def run_child(mode, steps, warmup, layers, batch, block, env_extra=None):
+def _allocator_env(env):
+    """env with the allocator its TORCH_XLA_ALLOCATOR names preloaded (torch_xla/_allocator.py,
+    loaded from the file so that this process does not import torch_xla)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_alloc", os.path.join(REPO, "torch_xla", "_allocator.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.child_env(env)
+
+
+def run_child(mode, steps, warmup, layers, batch, block, env_extra=None, allocator="glibc"):
     code = CHILD.format(examples=os.path.join(REPO, "examples"), mode=mode, steps=steps, warmup=warmup,
                         layers=layers, batch=batch, block=block)
     env = dict(os.environ, **(env_extra or {}))
+    env["TORCH_XLA_ALLOCATOR"] = allocator
+    if allocator.lower() not in ("glibc", "0", "off", "none", "false"):
+        env = _allocator_env(env)
+    else:  # the C library's malloc, even if the caller's environment preloads another
+        env["LD_PRELOAD"] = ":".join(p for p in env.get("LD_PRELOAD", "").split(":")
+                                     if p and "malloc" not in os.path.basename(p))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     for line in r.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -161,10 +212,17 @@ def main():
     ap.add_argument("--block", type=int, default=64, help="tokens per sequence (at most 64)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run the configurations this many times, interleaved; report the median and range")
+    ap.add_argument("--func", action="store_true",
+                    help="also the whole step as one openxla_eval graph (torch.func.grad_and_value + AdamW written out)")
     ap.add_argument("--ab", action="store_true",
                     help="also openxla with the CPU part run eagerly (XLA_DYNAMO_PACK_CPU_SCALARS=0)")
     ap.add_argument("--only", default="", help="run only the configurations whose label contains this text")
+    ap.add_argument("--allocator", default="glibc",
+                    help="host allocator(s) of the child processes, comma-separated (glibc, mimalloc, jemalloc, "
+                         "tcmalloc, auto): each configuration runs with each, interleaved in fresh processes "
+                         "(e.g. --allocator glibc,mimalloc)")
     a = ap.parse_args()
+    allocators = [x.strip() for x in a.allocator.split(",") if x.strip()]
     configs = [("lazy", "lazy (XLA:CPU)", None),
                ("lazy", "lazy, no donation (XLA:CPU)", {"XLA_ENABLE_PARAM_ALIASING": "0"}),
                ("openxla", "torch.compile openxla (XLA:CPU)", None),
@@ -173,15 +231,21 @@ def main():
         configs.insert(3, ("inductor", "torch.compile inductor (CPU)", None))
     if a.ab:
         configs.insert(3, ("openxla", "openxla, CPU part eager (XLA:CPU)", {"XLA_DYNAMO_PACK_CPU_SCALARS": "0"}))
+    if a.func:
+        configs.insert(3, ("openxla_func", "one graph: torch.func + openxla_eval", None))
     if a.xla_only:
-        configs = [c for c in configs if c[0] in ("lazy", "openxla")]
+        configs = [c for c in configs if c[0] in ("lazy", "openxla", "openxla_func")]
     if a.only:
         configs = [c for c in configs if a.only in c[1]]
-    runs = {label: [] for _, label, _ in configs}
+    if len(allocators) > 1 or allocators[0] != "glibc":
+        configs = [(mode, f"{label} [{alloc}]", env, alloc) for alloc in allocators for mode, label, env in configs]
+    else:
+        configs = [(mode, label, env, "glibc") for mode, label, env in configs]
+    runs = {label: [] for _, label, _, _ in configs}
     for _ in range(a.repeat):
-        for mode, label, env in configs:
+        for mode, label, env, alloc in configs:
             try:
-                runs[label].append(run_child(mode, a.steps, a.warmup, a.layers, a.batch, a.block, env))
+                runs[label].append(run_child(mode, a.steps, a.warmup, a.layers, a.batch, a.block, env, alloc))
             except RuntimeError as e:
                 runs[label].append({"error": str(e).splitlines()[-1]})
     results = {}
@@ -208,13 +272,15 @@ def main():
         if a.repeat > 1:
             rng = "  ".join(f"{r[k + '_range'][0]:.2f}-{r[k + '_range'][1]:.2f}" for k in ("host_idle_ms", "host_cpu_ms", "host_ms", "step_ms", "cpu_ms"))
             print(f"{'':36s} range over {a.repeat} runs: {rng}")
-    comp = results.get("torch.compile openxla (XLA:CPU)")
-    for lname in ("lazy (XLA:CPU)", "lazy, no donation (XLA:CPU)"):
-        lazy = results.get(lname)
-        if lazy and comp and "error" not in lazy and "error" not in comp:
-            print(f"host time (idle device), {lname} / openxla: {lazy['host_idle_ms'] / comp['host_idle_ms']:.1f}x; "
-                  f"host cpu time: {lazy['host_cpu_ms'] / comp['host_cpu_ms']:.1f}x; "
-                  f"step time openxla / lazy: {comp['step_ms'] / lazy['step_ms']:.2f}")
+    for sfx, cname in [(s_, c_) for s_ in ([f" [{x}]" for x in allocators] if len(allocators) > 1 or allocators[0] != "glibc" else [""])
+                       for c_ in ("torch.compile openxla (XLA:CPU)", "one graph: torch.func + openxla_eval")]:
+        comp = results.get(cname + sfx)
+        for lname in ("lazy (XLA:CPU)", "lazy, no donation (XLA:CPU)"):
+            lazy = results.get(lname + sfx)
+            if lazy and comp and "error" not in lazy and "error" not in comp:
+                print(f"host time (idle device), {lname + sfx} / {cname}: {lazy['host_idle_ms'] / comp['host_idle_ms']:.1f}x; "
+                      f"host cpu time: {lazy['host_cpu_ms'] / comp['host_cpu_ms']:.1f}x; "
+                      f"step time {cname} / lazy: {comp['step_ms'] / lazy['step_ms']:.2f}")
     print(json.dumps(results, indent=1))
 
 

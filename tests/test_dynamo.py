@@ -647,6 +647,46 @@ def test_compiled_graph_in_eager_mode_is_captured():
     assert met.counter_value("DynamoExtractCompiledGraph") == 1
 
 
+def test_torch_func_grad_inside_a_compiled_graph():
+    # A whole training step as one openxla_eval graph: torch.func.grad_and_value computes the
+    # gradients inside the graph, then an in-place SGD update. The graph used to be traced under
+    # no_grad, which made the gradients zeros and left the parameters unchanged.
+    from torch.func import functional_call, grad_and_value
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    x0 = torch.randn(3, 4)
+
+    def run(dev, compiled):
+        mm = copy.deepcopy(m).to(dev)
+        names = [n for n, _ in mm.named_parameters()]
+        params = [p.detach() for _, p in mm.named_parameters()]
+
+        def loss_fn(ps, x):
+            return functional_call(mm, dict(zip(names, ps)), (x,)).pow(2).sum()
+
+        def step(ps, x):
+            grads, loss = grad_and_value(loss_fn)(ps, x)
+            with torch.no_grad():
+                for p, g in zip(ps, grads):
+                    p.sub_(0.1 * g)
+            return loss, grads[0]
+
+        f = torch.compile(step, backend="openxla_eval") if compiled else step
+        x = x0.to(dev)
+        outs = [tuple(t.cpu() for t in f(params, x)) for _ in range(4)]
+        return outs, [p.cpu() for p in params]
+
+    ref, ref_params = run("cpu", False)
+    got, got_params = run(DEV, True)
+    for (l, g), (lx, gx) in zip(ref, got):
+        torch.testing.assert_close(lx, l, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gx, g, rtol=1e-4, atol=1e-5)
+    for p, px in zip(ref_params, got_params):
+        torch.testing.assert_close(px, p, rtol=1e-4, atol=1e-5)
+    assert not met.counter_value("DynamoLazyGraph")
+    assert met.counter_value("DynamoExtractCompiledGraph") == 1
+
+
 def test_index_check_in_compiled_graph_raises():
     emb = nn.Embedding(10, 4).to(DEV)
     cf = torch.compile(lambda i: emb(i) * 2, backend="openxla_eval")

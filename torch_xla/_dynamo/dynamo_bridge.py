@@ -443,8 +443,10 @@ class CompiledGraph:
         _C._set_execution_forbidden(
             f"dynamo graph '{self.name}' reads a value on the host while it is traced")
         try:
-            with torch.no_grad():
-                outs = self.gm(*args[:len(args) - len(self.attrs)])
+            # In the caller's grad mode, not under no_grad: a graph may compute gradients itself
+            # (torch.func.grad / grad_and_value inside an openxla_eval graph), which an outer
+            # no_grad would turn into zeros. The traced outputs are only roots, never returned.
+            outs = self.gm(*args[:len(args) - len(self.attrs)])
         except Exception as err:  # noqa: BLE001 - any failure: undo and run it lazily
             _C._set_execution_forbidden("")
             if eager:
