@@ -727,6 +727,31 @@ def test_debug_reasons_for_new_shapes(tmp_path):
     assert "input 0 shape" in text or "value 5 -> 7" in text, text              # ours (dynamic graph: 5 -> 7)
 
 
+
+def test_debug_reason_for_a_donating_executable_of_the_same_graph(tmp_path):
+    # A graph that writes an input it reads compiles a second, donating executable of the same ops.
+    # PT_XLA_DEBUG's reason for it read past the end of the cached graph's op list (garbage
+    # strings, std::bad_alloc) and the graph fell back to lazy tracing.
+    log = tmp_path / "debug.txt"
+    code = """
+        import torch, torch_xla
+        import torch_xla.debug.metrics as met
+        dev = torch_xla.device()
+        state = torch.zeros(4, device=dev)
+        def f(x):
+            state.add_(x)
+            return state * 2
+        cf = torch.compile(f, backend="openxla_eval")
+        for i in range(3):
+            out = cf(torch.full((4,), float(i + 1), device=dev))
+        assert out.cpu().tolist() == [12.0] * 4, out
+        assert state.cpu().tolist() == [6.0] * 4, state
+        assert not met.counter_value("DynamoLazyGraph"), met.counter_value("DynamoLazyGraph")
+    """
+    _run_child(code, {"PT_XLA_DEBUG": "1", "PT_XLA_DEBUG_FILE": str(log)}, tmp_path)
+    text = log.read_text()
+    assert "the same ops as a cached graph, with other buffer donation" in text, text
+
 def test_persistent_cache_serves_dynamo_graphs(tmp_path):
     cache = tmp_path / "cache"
     code = f"""

@@ -797,6 +797,10 @@ std::string CompileReason(const std::string& name, const std::vector<const Node*
                where(sig.scopes[i]) + ", cached `" + old.nodes[i] + "`" + where(old.scopes[i]);
     } else if (i < sig.nodes.size()) {
       reason = "has more ops than a cached graph, first extra: `" + sig.nodes[i] + "`" + where(sig.scopes[i]);
+    } else if (i >= old.nodes.size()) {
+      // Every op equal: the key differs elsewhere (which inputs donate their buffers, e.g. a compiled
+      // graph's donating executable, which results are outputs, or the device).
+      reason = "the same ops as a cached graph, with other buffer donation, outputs or device";
     } else {
       reason = "has fewer ops than a cached graph, which continues with `" + old.nodes[i] + "`" + where(old.scopes[i]);
     }
