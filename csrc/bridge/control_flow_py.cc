@@ -56,7 +56,8 @@ void RegisterControlFlowBindings(py::module& m) {
       iv.push_back(ir::Constant(1, ir::DType::kPred));
       cp.push_back(p);
       bp.push_back(p);
-      br.push_back(ir::Binary(ir::Op::kAnd, p, checks[k].pred));
+      br.push_back(ir::Binary(ir::Op::kAnd, p, graph::CheckPred(checks[k].pred)));
+      checks[k].message = graph::CheckMessage(checks[k].message, std::nullopt);  // a pred: no index
     }
     std::vector<ir::Value> out;
     try {

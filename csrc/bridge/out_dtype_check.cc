@@ -23,10 +23,19 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "bridge/bridge.h"
@@ -88,6 +97,155 @@ c10::IValue ToMeta(const c10::IValue& v) {
   return v;
 }
 
+
+// ---- eager's own verdict on an out= dtype the meta kernel accepts ----
+//
+// Many out= overloads have a Python meta kernel (a torch._refs reference registered over the C++
+// structured meta at `import torch`) that accepts any safe cast into `out`, while eager's CPU kernel
+// demands out's dtype equal the one it computes (`torch.neg(f32, out=f64)`: "Found dtype Double but
+// expected Float"; `tril`, `index_select`, `softmax`, `amax`, ...). The C++ meta kernel is no longer
+// reachable through the dispatcher, so eager's verdict is asked of eager itself: the out= overload
+// runs on the CPU with tiny stand-ins (every tensor of the same dtype and rank, all sizes 1, floats
+// 1 and integers 0; CPU scalars and Python numbers as they are). Only when that call raises AND the
+// same call with one `out` switched to another candidate dtype (an input's, long, bool) succeeds is
+// the refusal a dtype refusal: eager's exception is rethrown, with eager's type and message. Any
+// other outcome (both succeed, both fail for another reason) checks nothing, so nothing eager
+// accepts is refused. The verdict depends only on dtypes, ranks and non-tensor arguments: it is
+// cached per signature, so a given out= call pays the probe once per process.
+
+void KeyOf(std::ostringstream& k, const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      k << "U";
+    } else {
+      k << "T" << static_cast<int>(t.scalar_type()) << "." << t.dim()
+        << (t.unsafeGetTensorImpl()->is_wrapped_number() ? "w" : "")
+        << (t.device().is_cpu() && t.dim() == 0 ? "c" : "");
+    }
+  } else if (v.isTensorList()) {
+    k << "L[";
+    for (const at::Tensor& t : v.toTensorList()) KeyOf(k, t);
+    k << "]";
+  } else if (v.isOptionalTensorList()) {
+    k << "O[";
+    for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+      if (t.has_value()) KeyOf(k, *t); else k << "N";
+    }
+    k << "]";
+  } else if (v.isScalar()) {
+    k << "S" << (v.isDouble() ? "d" : v.isInt() ? "i" : v.isBool() ? "b" : "c");
+  } else if (v.isGenerator()) {
+    k << "G";
+  } else {
+    k << v;
+  }
+  k << ",";
+}
+
+at::Tensor Standin(const at::Tensor& t) {
+  if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return t;
+  std::vector<int64_t> sizes(t.dim(), 1);
+  auto opts = t.options().device(c10::kCPU);
+  return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()) ? at::ones(sizes, opts)
+                                                                                   : at::zeros(sizes, opts);
+}
+
+c10::IValue Standin(const c10::IValue& v) {
+  if (v.isTensor()) return Standin(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(Standin(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(Standin(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  if (v.isGenerator()) return c10::IValue();  // the default CPU generator, whose state is restored
+  return v;
+}
+
+// Runs the overload on `stack` (CPU stand-ins); the exception it raised, or null.
+std::exception_ptr TryCpu(const c10::OperatorHandle& op, torch::jit::Stack stack) {
+  try {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&stack);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+std::exception_ptr EagerRefusal(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                                const std::vector<size_t>& outs) {
+  std::ostringstream k;
+  k << op.schema().name() << "." << op.schema().overload_name() << ":";
+  for (const c10::IValue& v : args) KeyOf(k, v);
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<std::string, std::exception_ptr>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(k.str());
+    if (it != cache->end()) return it->second;
+  }
+  std::exception_ptr verdict;
+  {
+    // The probe must not consume the CPU generator (random out= ops) nor warn (resizes).
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    at::Tensor state;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state();
+    }
+    struct Quiet : c10::WarningHandler {
+      void process(const c10::Warning&) override {}
+    } quiet;
+    c10::WarningUtils::WarningHandlerGuard wguard(&quiet);
+    torch::jit::Stack base;
+    base.reserve(args.size());
+    for (const c10::IValue& v : args) base.push_back(Standin(v));
+    std::exception_ptr a = TryCpu(op, base);
+    if (a) {
+      std::vector<c10::ScalarType> cands;
+      for (const c10::IValue& v : args) {
+        if (v.isTensor() && v.toTensor().defined()) cands.push_back(v.toTensor().scalar_type());
+      }
+      cands.push_back(at::kLong);
+      cands.push_back(at::kBool);
+      for (size_t i : outs) {
+        if (!base[i].isTensor() || !base[i].toTensor().defined()) continue;
+        const at::Tensor o = Standin(args[i].toTensor());
+        bool accepted = false;
+        for (c10::ScalarType c : cands) {
+          if (c == o.scalar_type()) continue;
+          torch::jit::Stack alt = base;
+          for (size_t j = 0; j < alt.size(); ++j) {
+            if (j != i) alt[j] = Standin(args[j]);  // fresh outs: the first call resized them
+          }
+          alt[i] = o.to(c);
+          if (!TryCpu(op, alt)) {
+            accepted = true;
+            break;
+          }
+        }
+        if (accepted) {
+          verdict = a;
+          break;
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache->emplace(k.str(), verdict);
+  return verdict;
+}
+
 struct OutCheck final : c10::OperatorKernel {
   explicit OutCheck(std::vector<size_t> outs) : outs_(std::move(outs)) {}
 
@@ -110,6 +268,9 @@ struct OutCheck final : c10::OperatorKernel {
         if (m.find("NotImplementedError") == std::string::npos && m.find("unimplemented") == std::string::npos) {
           RethrowAsEager(op, e);
         }
+      }
+      if (probe_) {
+        if (std::exception_ptr refused = EagerRefusal(op, args, outs_)) std::rethrow_exception(refused);
       }
     }
     std::vector<at::Tensor> outs;
@@ -145,6 +306,10 @@ struct OutCheck final : c10::OperatorKernel {
   }
 
   std::vector<size_t> outs_;
+  bool probe_ = [] {
+    const char* e = std::getenv("TXLA_OUT_DTYPE_PROBE");
+    return !(e && std::string(e) == "0");
+  }();
 };
 
 }  // namespace

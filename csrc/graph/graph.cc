@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <algorithm>
@@ -593,15 +594,52 @@ uint8_t ReadCheck(const ir::DeviceData& d) {
   return ok;
 }
 
+// A check whose result is an s64 scalar (CheckWithIndex) holds the first failing index, or INT64_MIN.
+int64_t ReadIndexCheck(const ir::DeviceData& d) {
+  int64_t v = std::numeric_limits<int64_t>::min();
+  if (d.IsSpmd()) {
+    spmd::AssembleToHost(d, &v, sizeof(v));
+    return v;
+  }
+  d.buffer.Await();
+  d.buffer.ToHost(&v, sizeof(v));
+  return v;
+}
+
+void RaiseIfFailed(const RanCheck& c) {
+  std::string message = c.message;
+  if (c.result->shape.dtype == ir::DType::kS64) {
+    int64_t bad = ReadIndexCheck(*c.result);
+    if (bad == std::numeric_limits<int64_t>::min()) return;
+    message = CheckMessage(message, bad);
+  } else if (ReadCheck(*c.result)) {
+    return;
+  }
+  if (c.runtime_error) throw CheckError(message);
+  throw IndexCheckError(message);
+}
+
 // Reads each check's result (waiting for its graph) and raises the first failure.
 void RaiseChecks(std::vector<RanCheck>& ran) {
-  for (auto& c : ran) {
-    uint8_t ok = ReadCheck(*c.result);
-    if (!ok && c.runtime_error) throw CheckError(c.message);
-    if (!ok) throw IndexCheckError(c.message);
-  }
+  for (auto& c : ran) RaiseIfFailed(c);
 }
 }  // namespace
+
+std::string CheckMessage(const std::string& message, std::optional<int64_t> index) {
+  const std::string mark = "{index}";
+  size_t at = message.find(mark);
+  if (at == std::string::npos) return message;
+  std::string out = message;
+  if (index) return out.replace(at, mark.size(), std::to_string(*index));
+  // no value (a check carried through a loop): drop the placeholder and the space after it
+  size_t n = mark.size() + (at + mark.size() < out.size() && out[at + mark.size()] == ' ' ? 1 : 0);
+  return out.erase(at, n);
+}
+
+ir::Value CheckPred(const ir::Value& check) {
+  if (check.dtype() != ir::DType::kS64) return check;
+  return ir::Compare(ir::CompareDir::kEQ, check, ir::ConstantInt(std::numeric_limits<int64_t>::min(), ir::DType::kS64));
+}
 
 void RaiseFailedChecks() {
   std::vector<RanCheck> ran = TakeRanChecks();
@@ -1396,11 +1434,7 @@ void AddExecutedCheck(ir::DeviceDataPtr result, const std::string& message, bool
       ran.erase(ran.begin(), ran.begin() + 2048);
     }
   }
-  for (auto& c : old) {
-    uint8_t ok = ReadCheck(*c.result);
-    if (!ok && c.runtime_error) throw CheckError(c.message);
-    if (!ok) throw IndexCheckError(c.message);
-  }
+  for (auto& c : old) RaiseIfFailed(c);
 }
 
 std::shared_ptr<const runtime::Executable> CompileGraph(const std::vector<Value>& roots, int device,

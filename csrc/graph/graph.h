@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,11 @@ class CheckError : public std::runtime_error {
 // The message gains the Python source line of the op that added the check. A false value raises
 // IndexCheckError, or CheckError when runtime_error is set.
 void AddCheck(ir::Value all_ok, std::string message, int device, bool runtime_error = false);
+// A check may instead be an s64 scalar: INT64_MIN when it holds, else the first failing index, which
+// replaces `{index}` in the message (CheckWithIndex in ops/helpers.cc builds one).
+std::string CheckMessage(const std::string& message, std::optional<int64_t> index);
+// The boolean form of a check (an s64 check compared with INT64_MIN), for loops that and them.
+ir::Value CheckPred(const ir::Value& check);
 // Checks pending for `device`; DropPendingChecks keeps the first `keep` (an op whose results turned out
 // empty drops the checks it added).
 size_t PendingCheckCount(int device);

@@ -374,7 +374,23 @@ void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string
   if (ignore) ok = ir::Binary(Op::kOr, ok, ir::Compare(ir::CompareDir::kEQ, i, ir::Full(static_cast<double>(*ignore), s)));
   std::vector<int64_t> all(i.rank());
   std::iota(all.begin(), all.end(), 0);
-  graph::AddCheck(ir::Reduce(ir::ReduceKind::kAnd, ok, all), message, device, runtime_error);
+  Value all_ok = ir::Reduce(ir::ReduceKind::kAnd, ok, all);
+  if (message.find("{index}") == std::string::npos) {
+    graph::AddCheck(all_ok, message, device, runtime_error);
+    return;
+  }
+  // The message names the bad index, as eager's: the check is the first failing index in row-major
+  // order (INT64_MIN when all hold; an index of INT64_MIN itself reads INT64_MIN + 1).
+  int64_t n = s.numel();
+  ir::Shape flat(DType::kS64, {n});
+  Value i1 = ir::Reshape(i, {n}), ok1 = ir::Reshape(ok, {n}), pos = ir::Iota(flat, 0);
+  Value first = ir::Reduce(ir::ReduceKind::kMin, ir::Select(ok1, ir::Full(static_cast<double>(n), flat), pos), {0});
+  const int64_t kMin64 = std::numeric_limits<int64_t>::min();
+  Value lowest = ir::BroadcastInDim(ir::ConstantInt(kMin64, DType::kS64), {n}, {});
+  Value hit = ir::Compare(ir::CompareDir::kEQ, pos, ir::BroadcastInDim(first, {n}, {}));
+  Value bad = ir::Reduce(ir::ReduceKind::kMax, ir::Select(hit, i1, lowest), {0});
+  bad = ir::Binary(Op::kMax, bad, ir::ConstantInt(kMin64 + 1, DType::kS64));
+  graph::AddCheck(ir::Select(all_ok, ir::ConstantInt(kMin64, DType::kS64), bad), message, device, runtime_error);
 }
 
 Value ResampleLast2(const Value& x, const Value& ah, const Value& aw) {

@@ -536,6 +536,17 @@ void AddConvRows(std::vector<OpRow>& rows) {
     rows.push_back({"avg_pool" + nd, [nsp](OpArgs& a) -> V {
       Value x = a.V(0);
       if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || x.dtype() == DType::kPred)) throw NotLowered{};
+      if (nsp == 3) {
+        // eager's pool3d_shape_check (check_input_size): the input itself, padding aside, must hold a kernel
+        std::vector<int64_t> k = Expand(a.Ints(1), 3, 1);
+        const auto& dd = x.dims();
+        int64_t it = dd[x.rank() - 3], ih = dd[x.rank() - 2], iw = dd[x.rank() - 1];
+        if (k[0] > 0 && k[1] > 0 && k[2] > 0 && (it < k[0] || ih < k[1] || iw < k[2])) {
+          throw ir::ShapeError("input image (T: " + std::to_string(it) + " H: " + std::to_string(ih) + " W: " +
+                               std::to_string(iw) + ") smaller than kernel size (kT: " + std::to_string(k[0]) +
+                               " kH: " + std::to_string(k[1]) + " kW: " + std::to_string(k[2]) + ")");
+        }
+      }
       PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
       // 3-d integers: eager sums and divides in int64 (truncating), as here.
       DType ct = nsp == 3 && !ir::IsFloating(x.dtype()) ? DType::kS64 : AccType(x.dtype());

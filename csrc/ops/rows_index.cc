@@ -49,7 +49,7 @@ Value FullCoordinates(const Value& index, int64_t dim) {
 
 void CheckDim(const Value& x, int64_t dim, const Value& index, const char* op, int device) {
   int64_t n = x.rank() == 0 ? 1 : x.dims()[dim];
-  CheckIndexRange(index, 0, n, std::string(op) + "(): index out of bounds for dimension " + std::to_string(dim) +
+  CheckIndexRange(index, 0, n, std::string(op) + "(): index {index} is out of bounds for dimension " + std::to_string(dim) +
                   " with size " + std::to_string(n), device, std::nullopt, /*runtime_error=*/true);
 }
 
@@ -215,7 +215,7 @@ IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices, in
   for (size_t k = 0; k < p.idx.size(); ++k) {
     Value i = Cast(BroadcastTo(p.idx[k], shape), DType::kS64);
     int64_t n = self.dims()[p.indexed[k]];
-    CheckIndexRange(p.idx[k], -n, n, "index is out of bounds for dimension " + std::to_string(p.indexed[k]) +
+    CheckIndexRange(p.idx[k], -n, n, "index {index} is out of bounds for dimension " + std::to_string(p.indexed[k]) +
                     " with size " + std::to_string(n), device);
     Value neg = ir::Compare(CompareDir::kLT, i, ir::Full(0, i.shape()));
     p.idx[k] = ir::Select(neg, ir::Binary(Op::kAdd, i, ir::Full(static_cast<double>(n), i.shape())), i);
