@@ -262,10 +262,17 @@ struct OutCheck final : c10::OperatorKernel {
       } catch (const c10::NotImplementedError&) {
         // no meta kernel for this overload (data-dependent shapes: nonzero): nothing to check here
       } catch (const c10::Error&) {
+        // The meta kernel refuses: eager's own words when eager's kernel refuses this dtype too.
+        if (probe_) {
+          if (std::exception_ptr refused = EagerRefusal(op, args, outs_)) std::rethrow_exception(refused);
+        }
         throw;
       } catch (const std::exception& e) {
         std::string m = e.what();
         if (m.find("NotImplementedError") == std::string::npos && m.find("unimplemented") == std::string::npos) {
+          if (probe_) {
+            if (std::exception_ptr refused = EagerRefusal(op, args, outs_)) std::rethrow_exception(refused);
+          }
           RethrowAsEager(op, e);
         }
       }

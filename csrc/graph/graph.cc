@@ -503,7 +503,15 @@ std::vector<RanCheck>& RanChecks() {
 }
 }  // namespace
 
+namespace {
+thread_local const std::string* g_index_message = nullptr;  // CheckMessageScope
+}
+
+CheckMessageScope::CheckMessageScope(const std::string& message) : prev_(g_index_message) { g_index_message = &message; }
+CheckMessageScope::~CheckMessageScope() { g_index_message = prev_; }
+
 void AddCheck(Value all_ok, std::string message, int device, bool runtime_error) {
+  if (g_index_message && all_ok.dtype() == ir::DType::kS64) message = *g_index_message;
   std::string where = CurrentUserScope();
   if (!where.empty()) message += " (raised by the op at " + where + ")";
   std::lock_guard<std::mutex> g(g_check_mu);
@@ -626,6 +634,17 @@ void RaiseChecks(std::vector<RanCheck>& ran) {
 }  // namespace
 
 std::string CheckMessage(const std::string& message, std::optional<int64_t> index) {
+  // "{negative:A|B}": A for a negative index, B otherwise (B without a value)
+  const std::string neg = "{negative:";
+  size_t at0 = message.find(neg);
+  if (at0 != std::string::npos) {
+    size_t bar = message.find('|', at0), end = message.find('}', at0);
+    if (bar != std::string::npos && end != std::string::npos && bar < end) {
+      std::string pick = index && *index < 0 ? message.substr(at0 + neg.size(), bar - at0 - neg.size())
+                                             : message.substr(bar + 1, end - bar - 1);
+      return message.substr(0, at0) + pick + message.substr(end + 1);
+    }
+  }
   const std::string mark = "{index}";
   size_t at = message.find(mark);
   if (at == std::string::npos) return message;

@@ -121,6 +121,19 @@ void AddCheck(ir::Value all_ok, std::string message, int device, bool runtime_er
 std::string CheckMessage(const std::string& message, std::optional<int64_t> index);
 // The boolean form of a check (an s64 check compared with INT64_MIN), for loops that and them.
 ir::Value CheckPred(const ir::Value& check);
+// While alive, the index checks (s64) the ops add on this thread take `message` instead of their own
+// (a composite op such as one_hot words the error of the scatter it runs as eager's CPU kernel does).
+// `message` must outlive the scope.
+class CheckMessageScope {
+ public:
+  explicit CheckMessageScope(const std::string& message);
+  ~CheckMessageScope();
+  CheckMessageScope(const CheckMessageScope&) = delete;
+  CheckMessageScope& operator=(const CheckMessageScope&) = delete;
+
+ private:
+  const std::string* prev_;
+};
 // Checks pending for `device`; DropPendingChecks keeps the first `keep` (an op whose results turned out
 // empty drops the checks it added).
 size_t PendingCheckCount(int device);

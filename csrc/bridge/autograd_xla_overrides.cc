@@ -1,0 +1,69 @@
+// Kernels registered for AutogradXLA (issue #7): they replace a composite or autograd kernel for
+// XLA tensors where that kernel cannot give eager's result or error.
+//
+// F.one_hot on XLA tensors with eager CPU's errors.
+//
+// one_hot is CompositeImplicitAutograd: for XLA (as for CUDA) its kernel skips the host checks of
+// the class values and relies on the error of the scatter it runs, so an out-of-range class read
+// "scatter(): index 5 is out of bounds ...", where eager CPU says "Class values must be smaller than
+// num_classes." (or "... non-negative."). This kernel, registered for AutogradXLA, is the same
+// composite (zeros + scatter_, or a host read of the max for num_classes=-1, as eager) with the
+// scatter's in-graph index check worded as eager's CPU kernel: no extra host sync.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "graph/graph.h"
+
+namespace {
+
+at::Tensor OneHotXla(const at::Tensor& self, int64_t num_classes) {
+  TORCH_CHECK(self.dtype() == at::kLong, "one_hot is only applicable to index tensor of type LongTensor.");
+  std::vector<int64_t> shape = self.sizes().vec();
+  if (self.numel() == 0) {
+    if (num_classes == -1) {
+      TORCH_CHECK(false, "Can not infer total number of classes from empty tensor.");
+    }
+    shape.push_back(num_classes);
+    return at::empty(shape, self.options());
+  }
+  if (num_classes == -1) {
+    // eager checks the minimum first, on the host
+    TORCH_CHECK(self.min().item().toLong() >= 0, "Class values must be non-negative.");
+    num_classes = self.max().item().toLong() + 1;
+  }
+  TORCH_CHECK(num_classes > 0, "Class values must be smaller than num_classes.");  // eager: max < num_classes fails
+  shape.push_back(num_classes);
+  static const std::string message =
+      "one_hot(): {negative:Class values must be non-negative.|Class values must be smaller than num_classes.}";
+  at::Tensor ret = at::zeros(shape, self.options());
+  txla::graph::CheckMessageScope scope(message);
+  ret.scatter_(-1, self.unsqueeze(-1), 1);
+  return ret;
+}
+
+// x.set_(source, storage_offset, size, stride): eager makes `x` a view of source's storage, so a
+// later write to either shows in the other. An XLA tensor has no storage of its own here (its value
+// lives in the lazy graph and functionalization), so this cannot alias: the call used to fall back to
+// the CPU and fail with a storage-device error. It raises NotImplementedError naming the limitation
+// and the equivalent that works (`source.as_strided(size, stride, storage_offset)`, a real view).
+at::Tensor& SetStorageXla(at::Tensor& self, const at::Tensor& source, c10::SymInt storage_offset,
+                          c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  if (source.device().type() == c10::DeviceType::XLA) {
+    throw c10::NotImplementedError(
+        {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        "set_(source, storage_offset, size, stride) with an XLA source is not supported: XLA tensors have no "
+        "shared storage to alias. Use source.as_strided(size, stride, storage_offset), a view of source "
+        "that sees its later writes as eager's set_ does.");
+  }
+  TORCH_CHECK(false, "Attempted to set the storage of a tensor on device \"", self.device(),
+              "\" to a storage on different device \"", source.device(),
+              "\".  This is no longer allowed; the devices must match.");
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, AutogradXLA, m) {
+  m.impl("one_hot", TORCH_FN(OneHotXla));
+  m.impl("set_.source_Tensor_storage_offset", TORCH_FN(SetStorageXla));
+}
