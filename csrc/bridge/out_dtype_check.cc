@@ -105,13 +105,17 @@ c10::IValue ToMeta(const c10::IValue& v) {
 // demands out's dtype equal the one it computes (`torch.neg(f32, out=f64)`: "Found dtype Double but
 // expected Float"; `tril`, `index_select`, `softmax`, `amax`, ...). The C++ meta kernel is no longer
 // reachable through the dispatcher, so eager's verdict is asked of eager itself: the out= overload
-// runs on the CPU with tiny stand-ins (every tensor of the same dtype and rank, all sizes 1, floats
-// 1 and integers 0; CPU scalars and Python numbers as they are). Only when that call raises AND the
-// same call with one `out` switched to another candidate dtype (an input's, long, bool) succeeds is
+// runs on the CPU with tiny stand-ins (every tensor of the same dtype and rank, sizes capped at 4,
+// floats 1 and integers 0; CPU scalars and Python numbers as they are). Only when that call raises AND the
+// same call with one `out` switched to another dtype (an input's first) succeeds is
 // the refusal a dtype refusal: eager's exception is rethrown, with eager's type and message. Any
 // other outcome (both succeed, both fail for another reason) checks nothing, so nothing eager
-// accepts is refused. The verdict depends only on dtypes, ranks and non-tensor arguments: it is
-// cached per signature, so a given out= call pays the probe once per process.
+// accepts is refused. The verdict depends only on dtypes, capped sizes and non-tensor arguments: it
+// is cached per signature, so a given out= call pays the probe once per process.
+
+// Stand-in sizes: the real ones up to 4 (k-th value, top-k, windows need some room), so the verdict
+// is cached per dtypes, capped sizes and non-tensor arguments.
+constexpr int64_t kStandinCap = 4;
 
 void KeyOf(std::ostringstream& k, const c10::IValue& v) {
   if (v.isTensor()) {
@@ -119,7 +123,9 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
     if (!t.defined()) {
       k << "U";
     } else {
-      k << "T" << static_cast<int>(t.scalar_type()) << "." << t.dim()
+      k << "T" << static_cast<int>(t.scalar_type()) << "[";
+      for (int64_t n : t.sizes()) k << std::min<int64_t>(n, kStandinCap) << " ";
+      k << "]"
         << (t.unsafeGetTensorImpl()->is_wrapped_number() ? "w" : "")
         << (t.device().is_cpu() && t.dim() == 0 ? "c" : "");
     }
@@ -145,7 +151,8 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
 
 at::Tensor Standin(const at::Tensor& t) {
   if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return t;
-  std::vector<int64_t> sizes(t.dim(), 1);
+  std::vector<int64_t> sizes;
+  for (int64_t n : t.sizes()) sizes.push_back(std::min<int64_t>(n, kStandinCap));
   auto opts = t.options().device(c10::kCPU);
   return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()) ? at::ones(sizes, opts)
                                                                                    : at::zeros(sizes, opts);
@@ -210,12 +217,19 @@ std::exception_ptr EagerRefusal(const c10::OperatorHandle& op, c10::ArrayRef<c10
     for (const c10::IValue& v : args) base.push_back(Standin(v));
     std::exception_ptr a = TryCpu(op, base);
     if (a) {
+      // Any dtype will do: A failed and differs from an accepted call only in this out's dtype, so
+      // eager refuses A for its dtype (the inputs' dtypes first: the usual demand).
       std::vector<c10::ScalarType> cands;
+      auto add = [&](c10::ScalarType t) {
+        if (std::find(cands.begin(), cands.end(), t) == cands.end()) cands.push_back(t);
+      };
       for (const c10::IValue& v : args) {
-        if (v.isTensor() && v.toTensor().defined()) cands.push_back(v.toTensor().scalar_type());
+        if (v.isTensor() && v.toTensor().defined()) add(v.toTensor().scalar_type());
+        if (v.isTensorList()) {
+          for (const at::Tensor& t : v.toTensorList()) add(t.scalar_type());
+        }
       }
-      cands.push_back(at::kLong);
-      cands.push_back(at::kBool);
+      for (c10::ScalarType t : {at::kFloat, at::kDouble, at::kLong, at::kInt, at::kBool, at::kHalf, at::kBFloat16}) add(t);
       for (size_t i : outs) {
         if (!base[i].isTensor() || !base[i].toTensor().defined()) continue;
         const at::Tensor o = Standin(args[i].toTensor());
@@ -247,12 +261,16 @@ std::exception_ptr EagerRefusal(const c10::OperatorHandle& op, c10::ArrayRef<c10
 }
 
 struct OutCheck final : c10::OperatorKernel {
-  explicit OutCheck(std::vector<size_t> outs) : outs_(std::move(outs)) {}
+  OutCheck(std::vector<size_t> outs, bool has_meta) : outs_(std::move(outs)), has_meta_(has_meta) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     auto args = torch::jit::last(*stack, n);
-    if (NeedsCheck(args)) {
+    if (NeedsCheck(args) && !has_meta_) {
+      if (probe_) {
+        if (std::exception_ptr refused = EagerRefusal(op, args, outs_)) std::rethrow_exception(refused);
+      }
+    } else if (NeedsCheck(args)) {
       torch::jit::Stack meta;
       meta.reserve(n);
       for (const c10::IValue& v : args) meta.push_back(ToMeta(v));
@@ -313,6 +331,7 @@ struct OutCheck final : c10::OperatorKernel {
   }
 
   std::vector<size_t> outs_;
+  bool has_meta_;
   bool probe_ = [] {
     const char* e = std::getenv("TXLA_OUT_DTYPE_PROBE");
     return !(e && std::string(e) == "0");
@@ -334,10 +353,11 @@ void RegisterOutDtypeChecks() {
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;
     auto op = dispatcher.findOp(name);
-    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::ADInplaceOrView) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
-      continue;
-    }
+    // Every out= overload: one without a meta kernel (masked_select, histogram: data-dependent shapes)
+    // or whose composite kernel our XLA kernel replaces (softmax.int_out, linear.out) is checked by
+    // the eager probe alone. For an op without a generated ADInplaceOrView kernel (a fallthrough),
+    // this one does what the generated ones do.
+    if (!op) continue;
     const auto& schema = op->schema();
     if (schema.is_mutable() == false) continue;
     // out= overloads: the written arguments are keyword-only (in-place ops write `self`).
@@ -356,7 +376,8 @@ void RegisterOutDtypeChecks() {
     // bernoulli's eager kernel samples into any out dtype; its Python meta promotes and refuses.
     if (name.name == "aten::bernoulli") continue;
     std::string key = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-    lib->impl(key.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OutCheck>(std::move(outs))));
+    lib->impl(key.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OutCheck>(
+                                      std::move(outs), op->hasKernelForDispatchKey(c10::DispatchKey::Meta))));
   }
 }
 
