@@ -105,17 +105,27 @@ c10::IValue ToMeta(const c10::IValue& v) {
 // demands out's dtype equal the one it computes (`torch.neg(f32, out=f64)`: "Found dtype Double but
 // expected Float"; `tril`, `index_select`, `softmax`, `amax`, ...). The C++ meta kernel is no longer
 // reachable through the dispatcher, so eager's verdict is asked of eager itself: the out= overload
-// runs on the CPU with tiny stand-ins (every tensor of the same dtype and rank, sizes capped at 4,
-// floats 1 and integers 0; CPU scalars and Python numbers as they are). Only when that call raises AND the
-// same call with one `out` switched to another dtype (an input's first) succeeds is
+// runs on the CPU with small stand-ins (every tensor of the same dtype and rank, its own sizes up to
+// 65,536 elements and sizes capped at 4 beyond, floats 1 and integers 0; CPU scalars and Python
+// numbers as they are). Only when that call raises AND the same call with one `out` switched to
+// another dtype (an input's first) succeeds is
 // the refusal a dtype refusal: eager's exception is rethrown, with eager's type and message. Any
 // other outcome (both succeed, both fail for another reason) checks nothing, so nothing eager
-// accepts is refused. The verdict depends only on dtypes, capped sizes and non-tensor arguments: it
-// is cached per signature, so a given out= call pays the probe once per process.
+// accepts is refused. The verdict depends only on dtypes, capped sizes, non-tensor arguments and the
+// values of CPU scalars (all in the cache key): it is cached per signature, so a given out= call pays the probe once per process.
 
-// Stand-in sizes: the real ones up to 4 (k-th value, top-k, windows need some room), so the verdict
-// is cached per dtypes, capped sizes and non-tensor arguments.
+// Stand-in sizes: the real ones for a tensor of up to 65,536 elements (integer arguments such as
+// slice_scatter's start/end relate to them), else each capped at 4 (k-th value, top-k, windows need
+// some room); the verdict is cached per dtypes, stand-in sizes and non-tensor arguments.
 constexpr int64_t kStandinCap = 4;
+constexpr int64_t kStandinRealNumel = 65536;
+
+std::vector<int64_t> StandinSizes(const at::Tensor& t) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  if (t.numel() <= kStandinRealNumel) return sizes;
+  for (int64_t& n : sizes) n = std::min<int64_t>(n, kStandinCap);
+  return sizes;
+}
 
 void KeyOf(std::ostringstream& k, const c10::IValue& v) {
   if (v.isTensor()) {
@@ -124,10 +134,13 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
       k << "U";
     } else {
       k << "T" << static_cast<int>(t.scalar_type()) << "[";
-      for (int64_t n : t.sizes()) k << std::min<int64_t>(n, kStandinCap) << " ";
+      for (int64_t n : StandinSizes(t)) k << n << " ";
       k << "]"
         << (t.unsafeGetTensorImpl()->is_wrapped_number() ? "w" : "")
         << (t.device().is_cpu() && t.dim() == 0 ? "c" : "");
+      // A CPU scalar (a Python number) reaches the probe as it is: its value is part of the verdict
+      // (eager's overflow checks of scalars into the out dtype).
+      if (t.device().is_cpu() && t.dim() == 0) k << "=" << t.item();
     }
   } else if (v.isTensorList()) {
     k << "L[";
@@ -140,7 +153,7 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
     }
     k << "]";
   } else if (v.isScalar()) {
-    k << "S" << (v.isDouble() ? "d" : v.isInt() ? "i" : v.isBool() ? "b" : "c");
+    k << "S" << (v.isDouble() ? "d" : v.isInt() ? "i" : v.isBool() ? "b" : "c") << v;  // values matter too
   } else if (v.isGenerator()) {
     k << "G";
   } else {
@@ -151,8 +164,7 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
 
 at::Tensor Standin(const at::Tensor& t) {
   if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return t;
-  std::vector<int64_t> sizes;
-  for (int64_t n : t.sizes()) sizes.push_back(std::min<int64_t>(n, kStandinCap));
+  std::vector<int64_t> sizes = StandinSizes(t);
   auto opts = t.options().device(c10::kCPU);
   return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()) ? at::ones(sizes, opts)
                                                                                    : at::zeros(sizes, opts);
