@@ -268,6 +268,8 @@ std::exception_ptr EagerRefusal(const c10::OperatorHandle& op, c10::ArrayRef<c10
     gen.set_state(state);
   }
   std::lock_guard<std::mutex> lock(mu);
+  // Bounded: a Python scalar that changes every step (its value is in the key) must not grow it forever.
+  if (cache->size() >= 8192) cache->clear();
   cache->emplace(k.str(), verdict);
   return verdict;
 }
