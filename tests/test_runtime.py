@@ -411,7 +411,8 @@ def test_cpu_plugin_choice(clean_env, tmp_path):
     clean_env.setenv("TORCH_XLA_CPU_PLUGIN", "no-such-plugin")
     with pytest.raises(ValueError, match="TORCH_XLA_CPU_PLUGIN"):
         plugins.plugin_for("CPU")
-    if "lammps-jax-pjrt-cpu" not in installed:
-        clean_env.setenv("TORCH_XLA_CPU_PLUGIN", "lammps-jax-pjrt-cpu")
-        with pytest.raises(RuntimeError, match="not installed"):
-            plugins.plugin_for("CPU")
+    for other in ("lammps-jax-pjrt-cpu", "fastatomstruct-xla-cpu"):
+        if other not in installed:
+            clean_env.setenv("TORCH_XLA_CPU_PLUGIN", other)
+            with pytest.raises(RuntimeError, match="not installed"):
+                plugins.plugin_for("CPU")

@@ -10,7 +10,8 @@ Environment:
   TPU_LIBRARY_PATH          libtpu.so to use for TPU (the usual libtpu override).
   CPU_NUM_DEVICES           number of CPU devices (default: the plugin's choice).
   TORCH_XLA_CPU_PLUGIN      which installed CPU plugin: xla-cpu-pjrt (the default when
-                            installed) or lammps-jax-pjrt-cpu, or the path of a CPU plugin .so.
+                            installed), lammps-jax-pjrt-cpu or fastatomstruct-xla-cpu, or the
+                            path of a CPU plugin .so.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ _DEVICES: dict[str, _DeviceSpec] = {
             # XLA's CPU PJRT plugin built from jaxlib 0.11.2's XLA (PyPI: lammps-jax-pjrt-cpu);
             # used when selected with TORCH_XLA_CPU_PLUGIN, or when it is the only one installed.
             _Candidate("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"),
+            # XLA's CPU PJRT plugin as built by zml/pjrt-artifacts (June 2026 XLA), repackaged
+            # unmodified on PyPI as fastatomstruct-xla-cpu; selected with TORCH_XLA_CPU_PLUGIN.
+            _Candidate("fastatomstruct_xla_cpu", "libpjrt_cpu.so"),
         ),
     ),
     "CUDA": _DeviceSpec(
@@ -179,7 +183,7 @@ def plugin_for(device_type: str | None = None) -> tuple[str, str]:
 
 
 # TORCH_XLA_CPU_PLUGIN names: the wheel (as pip spells it) -> its candidate.
-_CPU_PLUGIN_NAMES = {"xla-cpu-pjrt": 0, "lammps-jax-pjrt-cpu": 1}
+_CPU_PLUGIN_NAMES = {"xla-cpu-pjrt": 0, "lammps-jax-pjrt-cpu": 1, "fastatomstruct-xla-cpu": 2}
 
 
 def cpu_plugins() -> dict:
