@@ -44,6 +44,16 @@ void WriteBack(const at::Tensor& arg, graph::TensorPtr value) {
     // Fast path: a base tensor no other tensor shares storage with (no view can observe the
     // write) and no pending updates: give its inner XLA tensor the new value directly.
     auto* w = static_cast<at::FunctionalTensorWrapper*>(arg.unsafeGetTensorImpl());
+    // A whole-tensor alias that nothing else shares storage with (an nn.Parameter: it wraps a
+    // detach() of the tensor it was made from, long gone) becomes a base tensor first: no other
+    // tensor can observe the aliasing, and each later write then skips functionalization's view
+    // replay (two detach_copy per parameter and step) and leaves the parameter's buffer held by
+    // the parameter alone (so a compiled optimizer step can donate it).
+    if (!w->isBaseTensor() && w->storage().use_count() == 1 && w->is_up_to_date() && !w->is_multi_output_view() &&
+        w->storage_offset() == 0 && w->is_contiguous() && w->value().defined() &&
+        w->value().sizes().equals(w->sizes())) {
+      w->_unsafe_reset_storage();
+    }
     // The inner tensor must also be the storage's base, so a view made later regenerates from
     // the new value.
     if (w->isBaseTensor() && w->storage().use_count() == 1 && w->is_up_to_date() &&
@@ -136,16 +146,18 @@ void Restore(const Trace& tr) {
 }
 
 std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name,
-                                const std::vector<int>& may_donate) {
+                                const std::vector<int>& may_donate, const std::vector<int>& may_donate_wide) {
   std::vector<graph::TensorPtr> outs;
   for (const auto& o : outputs) outs.push_back(bridge::XlaFromUser(o));
   auto h = std::make_shared<Handle>();
   h->layout = tr.layout;
-  // Argument positions -> tensor input indices.
-  std::vector<bool> donate(tr.layout.tensor_pos.size(), false);
-  for (int pos : may_donate) {
-    for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
-      if (tr.layout.tensor_pos[k] == pos) donate[k] = true;
+  // Argument positions -> tensor input indices; 1: may donate, 2: only in the wider executable.
+  std::vector<int> donate(tr.layout.tensor_pos.size(), 0);
+  for (int tier : {2, 1}) {
+    for (int pos : tier == 1 ? may_donate : may_donate_wide) {
+      for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
+        if (tr.layout.tensor_pos[k] == pos) donate[k] = tier;
+      }
     }
   }
   h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name, donate);
@@ -285,6 +297,23 @@ bool AddCpuScalars(const py::sequence& args, const std::vector<std::pair<std::ve
   return true;
 }
 
+// Debugging/tests: how a functional XLA tensor's value is held (see WriteBack and DynamoRun's
+// donation check).
+py::dict WriteInfo(const at::Tensor& t) {
+  py::dict d;
+  if (at::functionalization::impl::isFunctionalTensor(t)) {
+    auto* w = static_cast<at::FunctionalTensorWrapper*>(t.unsafeGetTensorImpl());
+    d["is_base"] = w->isBaseTensor();
+    d["storage_use_count"] = w->storage().use_count();
+    d["view_metas"] = w->view_metas().size();
+  }
+  graph::TensorPtr x = bridge::XlaFromUser(t);
+  d["tensor_use_count"] = x.use_count() - 1;  // less this function's reference
+  d["data_use_count"] = x->data() ? x->data().use_count() : 0;
+  d["held_alone"] = graph::DynamoHeldAlone(x, 2);  // x here + the tensor's own reference
+  return d;
+}
+
 }  // namespace
 
 namespace txla::bridge {
@@ -306,9 +335,22 @@ void RegisterDynamoBindings(py::module& m) {
         return v;
       })
       .def_property_readonly("donated_inputs", [](const Handle& h) {
+        // The widest donating executable's donated inputs (argument positions).
         std::vector<int> v;
-        for (const auto& [param, input] : h.g->donate) v.push_back(h.layout.tensor_pos[input]);
+        if (!h.g->donations.empty()) {
+          for (const auto& [param, input] : h.g->donations[0].donate) v.push_back(h.layout.tensor_pos[input]);
+        }
         return v;
+      })
+      .def_property_readonly("donation_variants", [](const Handle& h) {
+        // Per donating executable, in the order a call tries them: the inputs it donates.
+        std::vector<std::vector<int>> out;
+        for (const auto& d : h.g->donations) {
+          std::vector<int> v;
+          for (const auto& [param, input] : d.donate) v.push_back(h.layout.tensor_pos[input]);
+          out.push_back(std::move(v));
+        }
+        return out;
       })
       .def_property_readonly("uses_rng", [](const Handle& h) { return h.g->seed_root >= 0; })
       .def_property_readonly("input_shapes", [](const Handle& h) {
@@ -319,8 +361,9 @@ void RegisterDynamoBindings(py::module& m) {
   m.def("_dynamo_begin", &Begin, py::arg("args"));
   m.def("_dynamo_restore", &Restore, py::arg("trace"));
   m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"),
-        py::arg("may_donate") = std::vector<int>{});
+        py::arg("may_donate") = std::vector<int>{}, py::arg("may_donate_wide") = std::vector<int>{});
   m.def("_dynamo_run", &Run, py::arg("graph"), py::arg("args"));
+  m.def("_dynamo_write_info", &WriteInfo, py::arg("tensor"));
   m.def("_dynamo_pack_cpu_scalars", &PackCpuScalars, py::arg("args"), py::arg("groups"));
   m.def("_dynamo_add_cpu_scalars", &AddCpuScalars, py::arg("args"), py::arg("increments"));
   m.def("_dynamo_debug_enabled", []() {
