@@ -37,26 +37,43 @@ graph::TensorPtr XlaOrNull(PyObject* o) {
   }
 }
 
+// Whether no other functional tensor shares `w`'s storage: the wrapper's reference, and at most
+// a Python storage object that only the storage itself keeps alive (made by an
+// `untyped_storage()` call, e.g. when Dynamo made a fake tensor of it).
+bool SoleWrapper(at::FunctionalTensorWrapper* w) {
+  const auto n = w->storage().use_count();
+  if (n == 1) return true;
+  if (n != 2) return false;
+  const c10::impl::PyObjectSlot* slot = w->storage().unsafeGetStorageImpl()->pyobj_slot();
+  return slot->load_pyobj() != nullptr && slot->has_unique_reference();
+}
+
+// A whole-tensor alias no other tensor shares storage with (an nn.Parameter: it wraps a detach()
+// of the tensor it was made from, long gone) becomes a base tensor: nothing can observe the
+// aliasing, and later writes then skip functionalization's view replay (two detach_copy per
+// parameter and step) and the old base no longer holds the buffer (so a compiled step can
+// donate it).
+void MaybeMakeBase(const at::Tensor& t) {
+  if (!at::functionalization::impl::isFunctionalTensor(t)) return;
+  auto* w = static_cast<at::FunctionalTensorWrapper*>(t.unsafeGetTensorImpl());
+  if (!w->isBaseTensor() && SoleWrapper(w) && w->is_up_to_date() && !w->is_multi_output_view() &&
+      w->storage_offset() == 0 && w->is_contiguous() && w->value().defined() &&
+      w->value().sizes().equals(w->sizes())) {
+    w->_unsafe_reset_storage();
+  }
+}
+
 // Gives `arg` (a tensor the graph wrote in place) the value `value`, as an in-place op would:
 // through functionalization, so views of it see the write, and with a version bump for autograd.
 void WriteBack(const at::Tensor& arg, graph::TensorPtr value) {
   if (at::functionalization::impl::isFunctionalTensor(arg)) {
     // Fast path: a base tensor no other tensor shares storage with (no view can observe the
     // write) and no pending updates: give its inner XLA tensor the new value directly.
+    MaybeMakeBase(arg);
     auto* w = static_cast<at::FunctionalTensorWrapper*>(arg.unsafeGetTensorImpl());
-    // A whole-tensor alias that nothing else shares storage with (an nn.Parameter: it wraps a
-    // detach() of the tensor it was made from, long gone) becomes a base tensor first: no other
-    // tensor can observe the aliasing, and each later write then skips functionalization's view
-    // replay (two detach_copy per parameter and step) and leaves the parameter's buffer held by
-    // the parameter alone (so a compiled optimizer step can donate it).
-    if (!w->isBaseTensor() && w->storage().use_count() == 1 && w->is_up_to_date() && !w->is_multi_output_view() &&
-        w->storage_offset() == 0 && w->is_contiguous() && w->value().defined() &&
-        w->value().sizes().equals(w->sizes())) {
-      w->_unsafe_reset_storage();
-    }
     // The inner tensor must also be the storage's base, so a view made later regenerates from
     // the new value.
-    if (w->isBaseTensor() && w->storage().use_count() == 1 && w->is_up_to_date() &&
+    if (w->isBaseTensor() && SoleWrapper(w) && w->is_up_to_date() &&
         static_cast<at::functionalization::FunctionalStorageImpl*>(w->storage().unsafeGetStorageImpl())->base().unsafeGetTensorImpl() == w->value().unsafeGetTensorImpl()) {
       if (auto* impl = dynamic_cast<bridge::XLATensorImpl*>(w->value().unsafeGetTensorImpl())) {
         impl->set_tensor(std::move(value));
@@ -113,6 +130,9 @@ std::shared_ptr<Trace> Begin(const py::sequence& args) {
   auto tr = std::make_shared<Trace>();
   std::vector<graph::TensorPtr> xs;
   tr->layout = LayoutOf(args, &xs, &tr->tensors);
+  // Aliases held alone become bases now, so that the buffers they hold alone are seen so by the
+  // donation check (DynamoBeginTrace) and the first write-back already takes the fast path.
+  for (const auto& t : tr->tensors) MaybeMakeBase(t);
   int device = xs.empty() ? 0 : xs[0]->device();
   for (const auto& x : xs) {
     if (x->device() != device) {
@@ -306,6 +326,7 @@ py::dict WriteInfo(const at::Tensor& t) {
     d["is_base"] = w->isBaseTensor();
     d["storage_use_count"] = w->storage().use_count();
     d["view_metas"] = w->view_metas().size();
+    d["sole_wrapper"] = SoleWrapper(w);
   }
   graph::TensorPtr x = bridge::XlaFromUser(t);
   d["tensor_use_count"] = x.use_count() - 1;  // less this function's reference
