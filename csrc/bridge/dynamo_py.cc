@@ -7,7 +7,9 @@
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "bridge/bridge.h"
 #include "graph/dynamo.h"
@@ -53,8 +55,18 @@ bool SoleWrapper(at::FunctionalTensorWrapper* w) {
 // aliasing, and later writes then skip functionalization's view replay (two detach_copy per
 // parameter and step) and the old base no longer holds the buffer (so a compiled step can
 // donate it).
+// XLA_DYNAMO_DONATE_WEIGHTS=0: weights keep their aliasing and never donate (the behaviour
+// before; for A/B measurements).
+bool DonateWeights() {
+  static const bool on = [] {
+    const char* e = std::getenv("XLA_DYNAMO_DONATE_WEIGHTS");
+    return !(e && (std::string(e) == "0" || std::string(e) == "false"));
+  }();
+  return on;
+}
+
 void MaybeMakeBase(const at::Tensor& t) {
-  if (!at::functionalization::impl::isFunctionalTensor(t)) return;
+  if (!DonateWeights() || !at::functionalization::impl::isFunctionalTensor(t)) return;
   auto* w = static_cast<at::FunctionalTensorWrapper*>(t.unsafeGetTensorImpl());
   if (!w->isBaseTensor() && SoleWrapper(w) && w->is_up_to_date() && !w->is_multi_output_view() &&
       w->storage_offset() == 0 && w->is_contiguous() && w->value().defined() &&
@@ -174,6 +186,7 @@ std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& 
   // Argument positions -> tensor input indices; 1: may donate, 2: only in the wider executable.
   std::vector<int> donate(tr.layout.tensor_pos.size(), 0);
   for (int tier : {2, 1}) {
+    if (tier == 2 && !DonateWeights()) continue;
     for (int pos : tier == 1 ? may_donate : may_donate_wide) {
       for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
         if (tr.layout.tensor_pos[k] == pos) donate[k] = tier;

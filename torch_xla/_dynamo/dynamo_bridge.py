@@ -367,15 +367,7 @@ class CompiledGraph:
     @staticmethod
     def _finish(e: _Entry, out: list, args):
         if e.spec is not None:
-            res = []
-            for kind, v in e.spec:
-                if kind == 0:
-                    res.append(out[v])
-                elif kind == 1:
-                    res.append(args[v])
-                else:
-                    res.append(v)
-            out = res
+            out = [out[v] if kind == 0 else (args[v] if kind == 1 else v) for kind, v in e.spec]
         return out if e.is_list else tuple(out)
 
     def _slow(self, args):
