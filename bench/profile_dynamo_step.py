@@ -125,6 +125,10 @@ def main():
     print(f"under cProfile: {total / a.steps * 1e3:.3f} ms per step (profiler overhead included)")
     for b, v in sorted(buckets.items(), key=lambda kv: -kv[1]):
         print(f"  {b:32s} {v / a.steps * 1e3:7.3f} ms  {100 * v / total:5.1f}%")
+    others = sorted(((tt, key) for key, (cc, nc, tt, ct, callers) in st.stats.items() if bucket(key) == "other"),
+                    reverse=True)[:6]
+    print("  largest in other: " + "; ".join(f"{k[2] if k[0] == '~' else os.path.basename(k[0]) + ':' + k[2]} "
+                                            f"{tt / a.steps * 1e3:.3f}" for tt, k in others))
     if a.top:
         st.sort_stats("tottime").print_stats(a.top)
 
