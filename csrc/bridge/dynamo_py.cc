@@ -50,11 +50,6 @@ bool SoleWrapper(at::FunctionalTensorWrapper* w) {
   return slot->load_pyobj() != nullptr && slot->has_unique_reference();
 }
 
-// A whole-tensor alias no other tensor shares storage with (an nn.Parameter: it wraps a detach()
-// of the tensor it was made from, long gone) becomes a base tensor: nothing can observe the
-// aliasing, and later writes then skip functionalization's view replay (two detach_copy per
-// parameter and step) and the old base no longer holds the buffer (so a compiled step can
-// donate it).
 // XLA_DYNAMO_DONATE_WEIGHTS=0: weights keep their aliasing and never donate (the behaviour
 // before; for A/B measurements).
 bool DonateWeights() {
@@ -65,6 +60,11 @@ bool DonateWeights() {
   return on;
 }
 
+// A whole-tensor alias no other tensor shares storage with (an nn.Parameter: it wraps a detach()
+// of the tensor it was made from, long gone) becomes a base tensor: nothing can observe the
+// aliasing, and later writes then skip functionalization's view replay (two detach_copy per
+// parameter and step) and the old base no longer holds the buffer (so a compiled step can
+// donate it).
 void MaybeMakeBase(const at::Tensor& t) {
   if (!DonateWeights() || !at::functionalization::impl::isFunctionalTensor(t)) return;
   auto* w = static_cast<at::FunctionalTensorWrapper*>(t.unsafeGetTensorImpl());
