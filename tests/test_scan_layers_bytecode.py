@@ -97,12 +97,12 @@ def test_run_stablehlo_bytecode_and_portable_artifact():
     torch.testing.assert_close(out.cpu(), want)
     (out,) = X._run_stablehlo(bytearray(bc), [a, b])
     torch.testing.assert_close(out.cpu(), want)
-    from jax._src.lib.mlir.dialects import stablehlo as shd
-    art = shd.serialize_portable_artifact_str(_TEXT, shd.get_minimum_version()) \
-        if hasattr(shd, "serialize_portable_artifact_str") else None
-    if art is not None:
-        (out,) = X._run_stablehlo(art, [a, b])
-        torch.testing.assert_close(out.cpu(), want)
+    # a StableHLO portable artifact (versioned VHLO bytecode, as jax.export writes it)
+    from jax._src.lib.mlir.dialects import hlo
+    art = hlo.serialize_portable_artifact_str(_TEXT, hlo.get_minimum_version())
+    assert isinstance(art, bytes) and art != bc
+    (out,) = X._run_stablehlo(art, [a, b])
+    torch.testing.assert_close(out.cpu(), want)
     with pytest.raises(RuntimeError):
         X._run_stablehlo(b"ML\xefR garbage", [a, b])
     with pytest.raises(TypeError):

@@ -60,7 +60,7 @@ def scan_layers(layers: Iterable[torch.nn.Module], input_data, partition_fn=defa
 
   def step(carry, xs):
     out = torch.func.functional_call(layer0, xs, (carry,), strict=True)
-    return out, None
+    return out, ()
 
   final, _ = scan(step, input_data, stacked)
   return final
