@@ -402,11 +402,13 @@ Qr HouseholderQr(const Value& a, bool complete) {  // a: [B, m, n] float
 // XLA's EighExpander expands; ir::Eigh), refined here: XLA's loop stops with off-diagonal residues
 // of ~1e-9 relative (f64), accurate eigenvalues but eigenvectors whose V diag(w) V^T misses A by
 // that much. kRefineSweeps sweeps of parallel two-sided Jacobi on B = V^T A V (quadratically
-// convergent from there) bring the residue to rounding level, as LAPACK's.
+// convergent from there; one sweep measured enough in f32 and f64, see bench/eigh_svd_accuracy.py)
+// bring the residue to rounding level, as LAPACK's.
 constexpr int64_t kEighMaxSweeps = 100;
-constexpr int64_t kRefineSweeps = 2;
-// Above this size (n for eigh, m + n for the SVD's symmetric embedding) they stay on the CPU.
-constexpr int64_t kMaxEigh = 512;
+constexpr int64_t kRefineSweeps = 1;
+// Above this size (n for eigh, m + n for the SVD's symmetric embedding) they stay on the CPU:
+// Jacobi's O(n^3) per sweep makes XLA's loop seconds long there, LAPACK is far faster.
+constexpr int64_t kMaxEigh = 256;
 double EighTol(DType t) { return t == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
 
 // Rotates row pairs of x [B, N, M]: rows top[k], bot[k] (idx [B, N/2] s64, together a permutation of
