@@ -290,3 +290,13 @@ def test_svd_legacy_and_lowrank_entry_points():
     torch.testing.assert_close(u @ torch.diag(s) @ v.T, a, rtol=0, atol=1e-12)
     s2 = torch.svd(a.to(DEV), compute_uv=False)[1].cpu()
     torch.testing.assert_close(s2, es, rtol=0, atol=1e-12)
+
+
+def test_above_the_lowered_size_runs_lapack():
+    """eigh above 256 x 256 and the SVD with m + n above 128 run on the CPU fallback (LAPACK; XLA's
+    Jacobi would take seconds there): correct and counted."""
+    a = _rand((100, 40), torch.float64, 40)
+    met.clear_counters()
+    s = torch.linalg.svdvals(a.to(DEV)).cpu()
+    assert "aten::_linalg_svd" in met.executed_fallback_ops()
+    torch.testing.assert_close(s, torch.linalg.svdvals(a), rtol=0, atol=1e-12)

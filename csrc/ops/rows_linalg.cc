@@ -402,13 +402,16 @@ Qr HouseholderQr(const Value& a, bool complete) {  // a: [B, m, n] float
 // XLA's EighExpander expands; ir::Eigh), refined here: XLA's loop stops with off-diagonal residues
 // of ~1e-9 relative (f64), accurate eigenvalues but eigenvectors whose V diag(w) V^T misses A by
 // that much. kRefineSweeps sweeps of parallel two-sided Jacobi on B = V^T A V (quadratically
-// convergent from there; one sweep measured enough in f32 and f64, see bench/eigh_svd_accuracy.py)
-// bring the residue to rounding level, as LAPACK's.
+// convergent from there; one sweep is enough for distinct eigenvalues, a repeated one needed the
+// second: tests/test_eigh_svd.py) bring the residue to rounding level, as LAPACK's.
 constexpr int64_t kEighMaxSweeps = 100;
-constexpr int64_t kRefineSweeps = 1;
+constexpr int64_t kRefineSweeps = 2;
 // Above this size (n for eigh, m + n for the SVD's symmetric embedding) they stay on the CPU:
 // Jacobi's O(n^3) per sweep makes XLA's loop seconds long there, LAPACK is far faster.
 constexpr int64_t kMaxEigh = 256;
+// The SVD's embedding is (m + n)^2: lowered up to m + n = 128 (e.g. 64 x 64), a few hundred ms per
+// call; larger ones run LAPACK on the CPU (XLA's Jacobi takes seconds at m + n = 224).
+constexpr int64_t kMaxSvd = 128;
 double EighTol(DType t) { return t == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
 
 // Rotates row pairs of x [B, N, M]: rows top[k], bot[k] (idx [B, N/2] s64, together a permutation of
@@ -783,7 +786,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     int r = x.rank();
     if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
     int64_t m = x.dims()[r - 2], n = x.dims()[r - 1], k = std::min(m, n);
-    if (m + n > kMaxEigh) throw NotLowered{};
+    if (m + n > kMaxSvd) throw NotLowered{};
     auto batch = BatchOf(x);
     DType t = x.dtype();
     int64_t uc = full ? m : k, vr = full ? n : k;
@@ -812,7 +815,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     int r = x.rank();
     if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
     int64_t m = x.dims()[r - 2], n = x.dims()[r - 1];
-    if (herm ? (m != n || n > kMaxEigh) : (m + n > kMaxEigh)) throw NotLowered{};
+    if (herm ? (m != n || n > kMaxEigh) : (m + n > kMaxSvd)) throw NotLowered{};
     DType t = x.dtype();
     auto batch = BatchOf(x);
     std::optional<Value> atol = a.OptV(1), rtol = a.OptV(2);
