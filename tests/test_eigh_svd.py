@@ -300,3 +300,20 @@ def test_above_the_lowered_size_runs_lapack():
     s = torch.linalg.svdvals(a.to(DEV)).cpu()
     assert "aten::_linalg_svd" in met.executed_fallback_ops()
     torch.testing.assert_close(s, torch.linalg.svdvals(a), rtol=0, atol=1e-12)
+
+
+def test_eigh_nan_raises_as_eager():
+    """LAPACK fails to converge on a NaN in the triangle eigh reads (eager raises LinAlgError, a
+    RuntimeError); an infinity gives NaN eigenvalues without an error; a NaN in the other triangle
+    is not read."""
+    a = torch.eye(3)
+    a[2, 0] = float("nan")
+    with pytest.raises(RuntimeError, match="failed to converge"):
+        torch.linalg.eigvalsh(a)
+    with pytest.raises(RuntimeError, match="failed to converge"):
+        torch.linalg.eigvalsh(a.to(DEV)).cpu()
+    torch.testing.assert_close(torch.linalg.eigvalsh(a.to(DEV), UPLO="U").cpu(), torch.linalg.eigvalsh(a, UPLO="U"))
+    b = torch.eye(3)
+    b[0, 0] = float("inf")
+    assert torch.linalg.eigvalsh(b).isnan().all()
+    assert torch.linalg.eigvalsh(b.to(DEV)).cpu().isnan().all()

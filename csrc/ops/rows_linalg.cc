@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "graph/graph.h"
 #include "ir/control_flow.h"
 #include "ops/rows.h"
 
@@ -512,6 +513,18 @@ std::pair<Value, Value> SymmetricEigen(const Value& x, bool lower) {
   return {sorted[0], MatT(GatherRows(vt, sorted[1]))};
 }
 
+// Eager's LAPACK (syevd) fails to converge on a NaN in the triangle it reads and raises
+// LinAlgError from the host (an infinity gives NaN eigenvalues, no error): the same condition as a
+// check, raised at the next sync or host read.
+void CheckNoNan(const Value& x, bool lower, int device) {
+  Value tri = ir::Select(IndexCompare(x, lower ? CompareDir::kGE : CompareDir::kLE), x, ir::Full(0, x.shape()));
+  std::vector<int64_t> all(x.rank());
+  for (int i = 0; i < x.rank(); ++i) all[i] = i;
+  Value ok = ir::Reduce(ir::ReduceKind::kAnd, ir::Compare(CompareDir::kEQ, tri, tri), all);
+  graph::AddCheck(ok, "linalg.eigh: The algorithm failed to converge because the input matrix is ill-conditioned or "
+                      "has too many repeated eigenvalues (the input holds a NaN)", device, /*runtime_error=*/true);
+}
+
 // Q of a [B, m, k] matrix's Householder QR, each column's sign set so that R's diagonal is >= 0
 // (columns beyond k, in complete mode, as Householder leaves them).
 Value OrthonormalColumns(const Value& x, bool complete) {
@@ -775,6 +788,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     if (x.shape().numel() == 0) {
       return {ir::Full(0, ir::Shape(x.dtype(), With(batch, {n}))), compute_v ? ir::Full(0, x.shape()) : none};
     }
+    CheckNoNan(x, uplo == "L" || uplo == "l", a.device);
     auto [vals, vecs] = SymmetricEigen(FlattenBatch(x), uplo == "L" || uplo == "l");
     return {ir::Reshape(vals, With(batch, {n})), compute_v ? ir::Reshape(vecs, x.dims()) : none};
   }});
@@ -850,6 +864,7 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
     };
     Value res;
     if (herm) {
+      CheckNoNan(xf, true, a.device);
       auto [w, v] = SymmetricEigen(xf, true);
       Value mag = ir::Unary(Op::kAbs, w);
       Value largest = ir::Reshape(ir::Reduce(ir::ReduceKind::kMax, mag, {1}), {bt, 1});
