@@ -521,6 +521,12 @@ PYBIND11_MODULE(_C, m) {
     }
     auto out = ir::OptimizationBarrier(values);
     for (size_t i = 0; i < xs.size(); ++i) xs[i]->SetPending(out[i]);
+    if (graph::EagerMode() && !graph::InCompiledRegion()) {  // eager: one op, run now (as upstream)
+      graph::SyncOptions o;
+      o.eager = true;
+      py::gil_scoped_release nogil;
+      graph::SyncTensors(&xs, o);
+    }
   });
 }
 
