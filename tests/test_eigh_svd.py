@@ -293,13 +293,19 @@ def test_svd_legacy_and_lowrank_entry_points():
 
 
 def test_above_the_lowered_size_runs_lapack():
-    """eigh above 256 x 256 and the SVD with m + n above 128 run on the CPU fallback (LAPACK; XLA's
-    Jacobi would take seconds there): correct and counted."""
+    """eigh above 64 x 64 and the SVD with m + n above 64 run on the CPU fallback (LAPACK; the
+    Jacobi loops would take far longer there): correct and counted."""
     a = _rand((100, 40), torch.float64, 40)
     met.clear_counters()
     s = torch.linalg.svdvals(a.to(DEV)).cpu()
     assert "aten::_linalg_svd" in met.executed_fallback_ops()
     torch.testing.assert_close(s, torch.linalg.svdvals(a), rtol=0, atol=1e-12)
+    b = _rand((65, 65), torch.float64, 41)
+    b = b + b.mT
+    met.clear_counters()
+    w = torch.linalg.eigvalsh(b.to(DEV)).cpu()
+    assert "aten::_linalg_eigh" in met.executed_fallback_ops()
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(b), rtol=0, atol=1e-12)
 
 
 def test_eigh_nan_raises_as_eager():

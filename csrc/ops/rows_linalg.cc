@@ -407,12 +407,13 @@ Qr HouseholderQr(const Value& a, bool complete) {  // a: [B, m, n] float
 // second: tests/test_eigh_svd.py) bring the residue to rounding level, as LAPACK's.
 constexpr int64_t kEighMaxSweeps = 100;
 constexpr int64_t kRefineSweeps = 2;
-// Above this size (n for eigh, m + n for the SVD's symmetric embedding) they stay on the CPU:
-// Jacobi's O(n^3) per sweep makes XLA's loop seconds long there, LAPACK is far faster.
-constexpr int64_t kMaxEigh = 256;
-// The SVD's embedding is (m + n)^2: lowered up to m + n = 128 (e.g. 64 x 64), a few hundred ms per
-// call; larger ones run LAPACK on the CPU (XLA's Jacobi takes seconds at m + n = 224).
-constexpr int64_t kMaxSvd = 128;
+// Above this size (n for eigh, m + n for the SVD's symmetric embedding) they stay on the CPU
+// (LAPACK through the fallback): the Jacobi loops cost O(n^3) per sweep, and a cached call already
+// takes ~20-30 ms at n = 32 and ~1 s at n = 128 on XLA:CPU, where LAPACK takes well under a
+// millisecond; a user's 128 x 128 eigh must not become 300x slower because it is lowered.
+constexpr int64_t kMaxEigh = 64;
+// The SVD's embedding is (m + n)^2: lowered up to m + n = 64 (e.g. 32 x 32, ~0.3 s per cached call).
+constexpr int64_t kMaxSvd = 64;
 double EighTol(DType t) { return t == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
 
 // Rotates row pairs of x [B, N, M]: rows top[k], bot[k] (idx [B, N/2] s64, together a permutation of
