@@ -123,3 +123,69 @@ def test_batch_norm_out_writes_every_output_and_running_stat(op):
     for a, b in zip(res["cpu"], res[DEV]):
         assert a.shape == b.shape
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_probe_runs_once_for_a_changing_python_number():
+    """The verdict cache keys a Python number by its value class, not its value: a decaying learning
+    rate added into a float64 out= pays the eager probe once, not at every step."""
+    import torch_xla.debug.metrics as met
+    x, o = torch.ones(8, device=DEV), torch.empty(8, dtype=torch.float64, device=DEV)
+    before = met.counter_value("OutDtypeProbe") or 0
+    lr = 0.1
+    for _ in range(50):
+        lr *= 0.97
+        torch.add(x, lr, out=o)
+    assert (met.counter_value("OutDtypeProbe") or 0) - before <= 1
+    torch.testing.assert_close(o.cpu(), torch.ones(8, dtype=torch.float64) + torch.tensor(lr, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("case", ["int 0 then 3", "int 3 then 0", "float 2.5 then nan", "uint8 300 then 3",
+                                  "neg pow"])
+def test_value_class_keys_keep_value_dependent_outcomes(case):
+    """Values of different classes get their own verdicts (zero, NaN, overflow, sign): the second call of
+    each pair has eager's outcome whatever the first call cached."""
+    i64 = lambda d: torch.tensor([4, 5], device=d)  # noqa: E731
+    f = {
+        "int 0 then 3": [lambda d: torch.remainder(i64(d), 0, out=torch.empty(2, device=d)),
+                         lambda d: torch.remainder(i64(d), 3, out=torch.empty(2, device=d))],
+        "int 3 then 0": [lambda d: torch.remainder(i64(d), 3, out=torch.empty(2, device=d)),
+                         lambda d: torch.remainder(i64(d), 0, out=torch.empty(2, device=d))],
+        "float 2.5 then nan": [lambda d: torch.mul(i64(d), 2.5, out=torch.empty(2, dtype=torch.long, device=d)),
+                               lambda d: torch.mul(i64(d), float("nan"), out=torch.empty(2, dtype=torch.long, device=d))],
+        "uint8 300 then 3": [lambda d: torch.add(torch.ones(2, dtype=torch.uint8, device=d), 300,
+                                                 out=torch.empty(2, device=d)),
+                             lambda d: torch.add(torch.ones(2, dtype=torch.uint8, device=d), 3,
+                                                 out=torch.empty(2, device=d))],
+        "neg pow": [lambda d: torch.pow(i64(d), 2, out=torch.empty(2, device=d)),
+                    lambda d: torch.pow(i64(d), -2, out=torch.empty(2, device=d))],
+    }[case]
+    for g in f:
+        try:
+            ref = g("cpu")
+        except Exception as e:  # noqa: BLE001
+            with pytest.raises(type(e)) as got:
+                g(DEV).cpu()
+            assert str(e).split("\n")[0] in str(got.value)
+            continue
+        got = g(DEV).cpu()
+        assert got.dtype == ref.dtype
+        torch.testing.assert_close(got, ref, equal_nan=True)
+
+
+def test_eager_verdicts_are_constant_within_each_value_class():
+    """The evidence behind the value-class key (tests/_probe_value_classes.py; the full run over all 109
+    out= overloads with a Scalar argument is `python tests/_probe_value_classes.py`): for the common
+    arithmetic out= overloads, every value of a class gets the same eager verdict (refused with the same
+    message, or not refused)."""
+    import sys, os
+    sys.path.insert(0, os.path.dirname(__file__))
+    import _probe_value_classes as pvc
+    common = ("add.out", "add.Scalar_out", "sub.out", "mul.Scalar_out", "div.Scalar_out", "pow.Tensor_Scalar_out",
+              "remainder.Scalar_out", "fmod.Scalar_out", "floor_divide.Scalar_out", "clamp_min.out",
+              "clamp_max.out", "eq.Scalar_out", "lt.Scalar_out", "bitwise_and.Scalar_out", "lerp.Scalar_out",
+              "addcmul.out", "fill.Scalar_out", "masked_fill.Scalar_out", "hardtanh.out", "threshold.out",
+              "leaky_relu.out", "rsub.Scalar_out", "float_power.Tensor_Scalar_out", "copysign.Scalar_out")
+    from torch_xla import _C
+    bad, groups = pvc.differing_classes(_C._out_probe_value_class, names=common, in_dtypes=(torch.float32, torch.int64, torch.uint8),
+                                        out_dtypes=(torch.int64, torch.uint8, torch.float16, torch.bool))
+    assert groups > 500 and not bad, bad[:5]

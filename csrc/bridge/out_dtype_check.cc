@@ -20,6 +20,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/overflows.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
@@ -30,8 +31,10 @@
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "bridge/bridge.h"
+#include "util/metrics.h"
 
 namespace txla::bridge {
 namespace {
@@ -118,6 +122,15 @@ c10::IValue ToMeta(const c10::IValue& v) {
 // Stand-in sizes: the real ones for a tensor of up to 65,536 elements (integer arguments such as
 // slice_scatter's start/end relate to them), else each capped at 4 (k-th value, top-k, windows need
 // some room); the verdict is cached per dtypes, stand-in sizes and non-tensor arguments.
+// TXLA_OUT_PROBE_VALUE_KEYS=1: key Python numbers by value, as before (for measurements).
+bool value_keys() {
+  static const bool on = [] {
+    const char* e = std::getenv("TXLA_OUT_PROBE_VALUE_KEYS");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
 constexpr int64_t kStandinCap = 4;
 constexpr int64_t kStandinRealNumel = 65536;
 
@@ -127,6 +140,68 @@ std::vector<int64_t> StandinSizes(const at::Tensor& t) {
   for (int64_t& n : sizes) n = std::min<int64_t>(n, kStandinCap);
   return sizes;
 }
+
+// What of a Python number can decide eager's verdict on an out= call, instead of its value (so that an
+// out= call with a scalar that changes every step, a decaying learning rate, pays the probe once):
+// eager's type promotion reads only the number's category (bool/int/float/complex, in the key too);
+// the value-dependent checks eager makes read the sign and zero (integer division and remainder by
+// zero, integers to negative powers), NaN/inf, whether a float is integral, and, when the number is
+// converted to the op's computation type, c10::overflows for that type (`value cannot be converted to
+// type uint8_t without overflow`; for a uint8 computation an integer passes in [-255, 255], a float in
+// [0, 255]), and, as some kernels wrap a number into a narrower integer type unchecked, the sign of the
+// wrapped value for 8, 16 and 32 bits. The class records exactly these, overflows taken from c10 itself for every type a
+// computation can have. tests/test_out_dtype_gaps.py checks, over out= overloads with a Scalar argument,
+// that eager's verdict is the same for every value the class groups (tests/_probe_value_classes.py
+// runs all 109). Complex and unsigned 64-bit numbers keep their value.
+template <typename From>
+void OverflowBits(std::ostringstream& k, From v) {
+  k << c10::overflows<uint8_t, From>(v) << c10::overflows<int8_t, From>(v) << c10::overflows<int16_t, From>(v)
+    << c10::overflows<int32_t, From>(v) << c10::overflows<int64_t, From>(v) << c10::overflows<uint16_t, From>(v)
+    << c10::overflows<uint32_t, From>(v) << c10::overflows<c10::Half, From>(v)
+    << c10::overflows<c10::BFloat16, From>(v) << c10::overflows<float, From>(v);
+}
+
+}  // namespace
+
+std::string OutProbeValueClass(const c10::Scalar& s) {
+  std::ostringstream k;
+  auto sign = [&](double v) { k << (v < 0 ? "-" : v > 0 ? "+" : "0"); };
+  if (s.isBoolean()) {
+    k << (s.toBool() ? "T" : "F");
+  } else if (s.isIntegral(false) &&
+             (!s.isUnsigned() || s.toUInt64() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    // (isUnsigned() is also true of a non-negative int64; beyond int64 the number keeps its value)
+    int64_t v = s.toLong();
+    sign(static_cast<double>(v));
+    if (v == 1 || v == -1) k << "1";
+    OverflowBits<int64_t>(k, v);
+    // Some kernels wrap a number into a narrower integer computation type without an overflow check
+    // (`torch.fmod(uint8, 256)` divides by 0): the sign of the wrapped value for each width.
+    auto wrapped = [&](auto w) { k << (w < 0 ? "-" : w > 0 ? "+" : "0"); };
+    wrapped(static_cast<int8_t>(v));
+    wrapped(static_cast<int16_t>(v));
+    wrapped(static_cast<int32_t>(v));
+  } else if (s.isFloatingPoint()) {
+    double v = s.toDouble();
+    if (std::isnan(v)) {
+      k << "nan";
+    } else if (std::isinf(v)) {
+      k << (v > 0 ? "+inf" : "-inf");
+    } else if (v == 0) {
+      k << (std::signbit(v) ? "-0" : "+0");
+    } else {
+      sign(v);
+      double a = std::fabs(v);
+      k << (a == 1 ? "1" : "") << (a < 1 ? "<1" : "") << (std::trunc(v) == v ? "int" : "");
+      OverflowBits<double>(k, v);
+    }
+  } else {
+    k << s;
+  }
+  return k.str();
+}
+
+namespace {
 
 void KeyOf(std::ostringstream& k, const c10::IValue& v) {
   if (v.isTensor()) {
@@ -139,9 +214,12 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
       k << "]"
         << (t.unsafeGetTensorImpl()->is_wrapped_number() ? "w" : "")
         << (t.device().is_cpu() && t.dim() == 0 ? "c" : "");
-      // A CPU scalar (a Python number) reaches the probe as it is: its value is part of the verdict
-      // (eager's overflow checks of scalars into the out dtype).
-      if (t.device().is_cpu() && t.dim() == 0) k << "=" << t.item();
+      // A CPU scalar (a Python number) reaches the probe as it is: its value class is part of the
+      // verdict (eager's overflow checks of scalars into the out dtype).
+      if (t.device().is_cpu() && t.dim() == 0) {
+        k << "=";
+        if (value_keys()) k << t.item(); else k << OutProbeValueClass(t.item());
+      }
     }
   } else if (v.isTensorList()) {
     k << "L[";
@@ -154,7 +232,8 @@ void KeyOf(std::ostringstream& k, const c10::IValue& v) {
     }
     k << "]";
   } else if (v.isScalar()) {
-    k << "S" << (v.isDouble() ? "d" : v.isInt() ? "i" : v.isBool() ? "b" : "c") << v;  // values matter too
+    k << "S" << (v.isDouble() ? "d" : v.isInt() ? "i" : v.isBool() ? "b" : "c");
+    if (value_keys()) k << v; else k << OutProbeValueClass(v.toScalar());
   } else if (v.isGenerator()) {
     k << "G";
   } else {
@@ -229,6 +308,7 @@ std::exception_ptr EagerRefusal(const c10::OperatorHandle& op, c10::ArrayRef<c10
     if (it != cache->end()) return it->second;
   }
   std::exception_ptr verdict;
+  metrics::IncrementCounter("OutDtypeProbe");  // an uncached verdict: the eager probe runs
   {
     // The probe must not consume the CPU generator (random out= ops) nor warn (resizes).
     at::Generator gen = at::detail::getDefaultCPUGenerator();
