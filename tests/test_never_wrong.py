@@ -986,3 +986,34 @@ def test_set_storage_with_xla_source_raises_not_implemented():
     v = xs.as_strided((2, 3), (3, 1), 2)
     xs.add_(1)
     assert torch.equal(v.cpu(), y)
+
+
+@pytest.mark.parametrize("case", ["index_put", "index_put accumulate", "index", "index dim 1", "setitem",
+                                  "empty index", "non-empty indexed dim"])
+def test_index_into_a_dim_of_size_zero_as_eager(case):
+    """Eager's AdvancedIndex raises `index is out of bounds for dimension with size 0` at the op when
+    an indexed dim has size 0 and the index shape does not (fuzz seed 11856: no raise; `x[idx]` of a
+    (0, 3) tensor failed to compile); an empty index, or an empty result elsewhere, is fine."""
+    f = {
+        "index_put": lambda d: torch.zeros(0, 1, 4, device=d).index_put((torch.tensor([1], device=d),),
+                                                                       torch.ones(4, device=d)),
+        "index_put accumulate": lambda d: torch.zeros(0, 1, 4, device=d).index_put(
+            (torch.tensor([0], device=d),), torch.ones(4, device=d), accumulate=True),
+        "index": lambda d: torch.zeros(0, 3, device=d)[torch.tensor([0], device=d)],
+        "index dim 1": lambda d: torch.zeros(2, 0, device=d)[:, torch.tensor([0], device=d)],
+        "setitem": lambda d: torch.zeros(0, 3, device=d).index_put_((torch.tensor([0], device=d),),
+                                                                    torch.tensor(1.0, device=d)),
+        "empty index": lambda d: torch.zeros(0, 1, 4, device=d).index_put(
+            (torch.tensor([], dtype=torch.long, device=d),), torch.ones(4, device=d)),
+        "non-empty indexed dim": lambda d: torch.zeros(3, 0, device=d).index_put((torch.tensor([5], device=d),),
+                                                                                 torch.ones(0, device=d)),
+    }[case]
+    try:
+        ref = f("cpu")
+    except Exception as e:  # noqa: BLE001
+        with pytest.raises(type(e)) as got:
+            f(DEV).cpu()
+        assert str(e) in str(got.value)
+        return
+    got = f(DEV).cpu()
+    assert got.shape == ref.shape and got.dtype == ref.dtype
