@@ -1017,3 +1017,11 @@ def test_index_into_a_dim_of_size_zero_as_eager(case):
         return
     got = f(DEV).cpu()
     assert got.shape == ref.shape and got.dtype == ref.dtype
+
+
+@pytest.mark.parametrize("shape", [(2,), (0,), ()])
+def test_trunc_of_bool_raises_as_eager(shape):
+    """fuzz seed 12143: `torch.trunc`/`torch.fix` of a bool tensor returned it; eager's kernel has no bool
+    dtype (NotImplementedError), also for an empty tensor."""
+    for f in (torch.trunc, torch.fix):
+        _raises_like_eager(lambda d: f(torch.zeros(shape, dtype=torch.bool, device=d)))

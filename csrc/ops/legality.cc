@@ -226,6 +226,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"round", NoBool("round_vml_cpu")},
       {"ceil", NoBool("ceil_vml_cpu")},
       {"floor", NoBool("floor_vml_cpu")},
+      {"trunc", NoBool("trunc_vml_cpu")},  // fuzz seed 12143
       {"silu", FloatKernel("silu_cpu", 0, false)},
       {"softplus", FloatKernel("softplus_cpu", 0, false)},
       {"gelu", FloatKernel("GeluKernelImpl", 0, false)},
