@@ -18,6 +18,9 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/copy_ops.h>
 #include <ATen/ops/polygamma_ops.h>
+#include <ATen/ops/_batch_norm_with_update_ops.h>
+#include <ATen/ops/_native_batch_norm_legit_ops.h>
+#include <ATen/ops/resize_ops.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -233,6 +236,40 @@ at::Tensor& PolygammaInplaceFunctionalize(at::Tensor& self, int64_t n) {
   at::Tensor r = at::_ops::polygamma::call(n, self);
   at::_ops::copy_::call(self, r, false);
   return self;
+}
+
+// `_native_batch_norm_legit.out` and `_batch_norm_with_update.out` write their running stats (positional
+// arguments) and their outs (keyword-only). torch's generated Functionalize kernels assign the
+// functional op's results, which come outs first and running stats last, to the written arguments in
+// schema order, running stats first: `out` received save_invstd, `running_mean` the normalized
+// input (issue #7, found by the out= survey). Computed as the in-place-on-stats op + copies instead.
+void CopyOut(at::Tensor& out, const at::Tensor& r) {
+  if (out.sym_sizes() != r.sym_sizes()) at::_ops::resize_::call(out, r.sym_sizes(), std::nullopt);
+  at::_ops::copy_::call(out, r, false);
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> NativeBatchNormLegitOutFunctionalize(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, bool training, double momentum, double eps, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd) {
+  auto r = at::_ops::_native_batch_norm_legit::call(input, weight, bias, running_mean, running_var, training,
+                                                     momentum, eps);
+  CopyOut(out, std::get<0>(r));
+  CopyOut(save_mean, std::get<1>(r));
+  CopyOut(save_invstd, std::get<2>(r));
+  return {out, save_mean, save_invstd};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> BatchNormWithUpdateOutFunctionalize(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, double momentum, double eps, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd, at::Tensor& reserve) {
+  auto r = at::_ops::_batch_norm_with_update::call(input, weight, bias, running_mean, running_var, momentum, eps);
+  CopyOut(out, std::get<0>(r));
+  CopyOut(save_mean, std::get<1>(r));
+  CopyOut(save_invstd, std::get<2>(r));
+  CopyOut(reserve, std::get<3>(r));
+  return {out, save_mean, save_invstd, reserve};
 }
 
 at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
@@ -465,6 +502,8 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("unfold", TORCH_FN(UnfoldFunctionalize));
   fn->impl("as_strided", TORCH_FN(AsStridedFunctionalize));
   fn->impl("polygamma_", TORCH_FN(PolygammaInplaceFunctionalize));
+  fn->impl("_native_batch_norm_legit.out", TORCH_FN(NativeBatchNormLegitOutFunctionalize));
+  fn->impl("_batch_norm_with_update.out", TORCH_FN(BatchNormWithUpdateOutFunctionalize));
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =
