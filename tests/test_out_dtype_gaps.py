@@ -221,3 +221,61 @@ def test_matrix_rank_out_is_written_as_eager(kw, dt):
     assert got.dtype == ref.dtype and got.shape == ref.shape
     torch.testing.assert_close(got.cpu(), ref)
     torch.testing.assert_close(gr.cpu(), rr)
+
+
+@pytest.mark.parametrize("found_inf", [0.0, 1.0])
+def test_amp_update_scale_out_writes_out_and_growth_tracker(found_inf):
+    """Same ordering bug in torch's generated Functionalize kernel: `out` received the growth
+    tracker's new value and the tracker the new scale. Eager's out= kernel writes `out` only (the
+    tracker keeps its value although the schema marks it written): matched."""
+    res = {}
+    for dev in ("cpu", DEV):
+        s = torch.tensor(4.0, device=dev)
+        gt = torch.tensor(1, dtype=torch.int32, device=dev)
+        out = torch.empty((), device=dev)
+        torch.ops.aten._amp_update_scale.out(s, gt, torch.tensor(found_inf, device=dev), 2.0, 0.5, 2, out=out)
+        res[str(dev)] = (out.cpu(), gt.cpu(), s.cpu())
+    for x, y in zip(res["cpu"], res[str(DEV)]):
+        assert x.dtype == y.dtype
+        torch.testing.assert_close(y, x, rtol=0, atol=0)
+
+
+def test_rrelu_with_noise_out_writes_out_and_noise():
+    """rrelu_with_noise.out: `out` holds the activation and `noise` the drawn slopes (they were swapped).
+    The random stream differs from eager's, so the relation between them is checked: eager's rule
+    out = x * noise with noise = 1 where x > 0 and in [lower, upper] where x <= 0."""
+    x = torch.tensor([1.5, -2.0, 0.0, -0.5, 3.0, -1.0, -4.0, 2.0], device=DEV)
+    noise = torch.zeros(8, device=DEV)
+    out = torch.empty(8, device=DEV)
+    torch.ops.aten.rrelu_with_noise.out(x, noise, 0.1, 0.3, True, None, out=out)
+    xc, nc, oc = x.cpu(), noise.cpu(), out.cpu()
+    pos = xc > 0
+    assert (nc[pos] == 1).all()
+    assert ((nc[~pos] >= 0.1) & (nc[~pos] <= 0.3)).all()
+    torch.testing.assert_close(oc, xc * nc)
+    # eval mode: a fixed slope, noise untouched (eager writes nothing into it)
+    n2 = torch.full((8,), 7.0, device=DEV)
+    o2 = torch.empty(8, device=DEV)
+    torch.ops.aten.rrelu_with_noise.out(x, n2, 0.1, 0.3, False, None, out=o2)
+    ne, oe = torch.full((8,), 7.0), torch.empty(8)
+    torch.ops.aten.rrelu_with_noise.out(xc, ne, 0.1, 0.3, False, None, out=oe)
+    torch.testing.assert_close(o2.cpu(), oe)
+    torch.testing.assert_close(n2.cpu(), ne)
+
+
+def test_fused_moving_avg_obs_fq_helper_out_as_eager():
+    """out0/out1 were swapped with the running statistics; eager's out= kernel writes the outs only."""
+    res = {}
+    for dev in ("cpu", DEV):
+        torch.manual_seed(0)
+        x = torch.randn(4, 3).to(dev)
+        on = torch.tensor([1], dtype=torch.long, device=dev)
+        stats = [torch.tensor([float("inf")], device=dev), torch.tensor([-float("inf")], device=dev),
+                 torch.tensor([1.0], device=dev), torch.tensor([0], dtype=torch.int32, device=dev)]
+        o0, o1 = torch.empty(4, 3, device=dev), torch.empty(4, 3, dtype=torch.bool, device=dev)
+        torch.ops.aten._fused_moving_avg_obs_fq_helper.out(x, on, on, *stats, 0.01, 0, 255, 0, False, False,
+                                                           out0=o0, out1=o1)
+        res[str(dev)] = [t.cpu() for t in [o0, o1] + stats]
+    for a, b in zip(res["cpu"], res[str(DEV)]):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
