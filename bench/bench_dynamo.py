@@ -18,7 +18,8 @@ Each configuration runs in a fresh process.
   for its own step on XLA:CPU; TXLA_DONATION_SYNC_RELEASE=1 reproduces that.)
 
 Usage: .venv/bin/python bench/bench_dynamo.py [--steps 20] [--warmup 5] [--no-inductor] [--layers 2]
-       [--xla-only] [--batch 16] [--block 64] [--repeat 1] [--ab] [--func] [--allocator glibc,mimalloc]
+       [--xla-only] [--batch 16] [--block 64] [--repeat 1] [--ab] [--ab-donate] [--func]
+       [--allocator glibc,mimalloc] [--only TEXT]
 (--batch 2 --block 8: the device's compute is negligible, so the host times are the host cost alone)
 --allocator: the host allocator of the child processes (default glibc's malloc, whatever the caller
 preloads); a comma-separated list runs every configuration with each, interleaved in fresh processes.
@@ -167,6 +168,9 @@ if xla:
     c1 = {{n: met.counter_value(n) for n in met.counter_names()}}
     moved = {{n: v - c0.get(n, 0) for n, v in c1.items() if n.startswith(("xla::", "aten::")) and v != c0.get(n, 0)}}
     out["ops_traced_per_step"] = sum(moved.values()) / steps
+    out["donated_buffers_per_step"] = ((c1.get("DynamoDonatedBuffers", 0) or 0) - (c0.get("DynamoDonatedBuffers", 0) or 0)) / steps
+    moved_glue = {{n: v / steps for n, v in moved.items()}}
+    out["ops_per_step_by_name"] = moved_glue
     out["compiles_in_loop"] = (c1.get("UncachedCompile", 0) or 0) - (c0.get("UncachedCompile", 0) or 0)
 _maps = open("/proc/self/maps").read()
 out["allocator"] = next((n for n in ("mimalloc", "jemalloc", "tcmalloc") if "lib" + n in _maps), "glibc")
@@ -216,6 +220,9 @@ def main():
                     help="also the whole step as one openxla_eval graph (torch.func.grad_and_value + AdamW written out)")
     ap.add_argument("--ab", action="store_true",
                     help="also openxla with the CPU part run eagerly (XLA_DYNAMO_PACK_CPU_SCALARS=0)")
+    ap.add_argument("--ab-donate", action="store_true",
+                    help="also openxla with weights not donated and kept as functionalization aliases "
+                         "(XLA_DYNAMO_DONATE_WEIGHTS=0, the behaviour before)")
     ap.add_argument("--only", default="", help="run only the configurations whose label contains this text")
     ap.add_argument("--allocator", default="glibc",
                     help="host allocator(s) of the child processes, comma-separated (glibc, mimalloc, jemalloc, "
@@ -231,6 +238,8 @@ def main():
         configs.insert(3, ("inductor", "torch.compile inductor (CPU)", None))
     if a.ab:
         configs.insert(3, ("openxla", "openxla, CPU part eager (XLA:CPU)", {"XLA_DYNAMO_PACK_CPU_SCALARS": "0"}))
+    if a.ab_donate:
+        configs.insert(3, ("openxla", "openxla, weights not donated (XLA:CPU)", {"XLA_DYNAMO_DONATE_WEIGHTS": "0"}))
     if a.func:
         configs.insert(3, ("openxla_func", "one graph: torch.func + openxla_eval", None))
     if a.xla_only:

@@ -495,6 +495,122 @@ def test_optimizer_state_buffers_are_donated_only_when_held_alone():
         torch.testing.assert_close(xp.cpu(), cp.detach(), rtol=1e-3, atol=1e-5)
 
 
+def _leaf_weights(dev):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(16, 8, generator=g).to(dev).requires_grad_(), torch.randn(8, 4, generator=g).to(dev).requires_grad_()]
+
+
+def _sgd_momentum(ws, bufs, lr=0.1, mu=0.9):
+    with torch.no_grad():
+        for w, b in zip(ws, bufs):
+            b.mul_(mu).add_(w.grad)
+            w.sub_(lr * b)
+
+
+def test_weights_that_require_grad_are_donated_when_held_alone_and_never_read_stale():
+    """A compiled update of weights that require grad (leaf tensors) and their momentum buffers
+    donates the weights' buffers too (a wider donating executable tried first) when nothing else
+    holds them; a `detach()` alias, a `clone()` or a pending product reading a weight makes that
+    call donate the momentum buffers alone, and each of them reads the right value afterwards
+    (the alias the new one, the clone and the product the old one). Values equal eager's."""
+    ws_c, ws_x = _leaf_weights("cpu"), _leaf_weights(DEV)
+    bufs_c = [torch.zeros_like(w) for w in ws_c]
+    bufs_x = [torch.zeros_like(w) for w in ws_x]
+    upd = torch.compile(_sgd_momentum, backend="openxla_eval")
+    g = torch.Generator().manual_seed(1)
+    donated = []
+    for k in range(8):
+        x = torch.randn(32, 16, generator=g)
+        for ws, xx in ((ws_c, x), (ws_x, x.to(DEV))):
+            for w in ws:
+                w.grad = None
+            torch.tanh(xx @ ws[0]).matmul(ws[1]).square().mean().backward()
+        alias = clone = pending = None
+        if k == 3:
+            alias = ws_x[0].detach()
+        if k == 4:
+            clone = (ws_x[0].clone(), ws_x[0].detach().cpu())
+        if k == 5:
+            pending = (ws_x[0] * 2, 2 * ws_c[0].detach())
+        before = met.counter_value("DynamoDonatedBuffers") or 0
+        upd(ws_x, bufs_x)
+        donated.append((met.counter_value("DynamoDonatedBuffers") or 0) - before)
+        _sgd_momentum(ws_c, bufs_c)
+        if alias is not None:
+            torch.testing.assert_close(alias.cpu(), ws_c[0].detach(), rtol=1e-4, atol=1e-5)
+        if clone is not None:
+            torch.testing.assert_close(clone[0].cpu(), clone[1])
+        if pending is not None:
+            torch.testing.assert_close(pending[0].cpu(), pending[1], rtol=1e-4, atol=1e-5)
+        for wc, wx, bc, bx in zip(ws_c, ws_x, bufs_c, bufs_x):
+            torch.testing.assert_close(wx.detach().cpu(), wc.detach(), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(bx.cpu(), bc, rtol=1e-4, atol=1e-5)
+    # Weights and momentum buffers donated at each call, the first one included ...
+    assert donated[:3] == [4, 4, 4], donated
+    # ... but not a weight whose buffer another tensor still reads: a detach() alias (its own
+    # lazy value over the same buffer), a clone not yet computed, a pending product. The momentum
+    # buffers are still donated (the narrower executable).
+    assert donated[3:6] == [2, 2, 2], donated
+    assert donated[6:] == [4, 4], donated
+
+
+def test_usual_optimizer_step_donates_parameters_and_state():
+    """nn.Module parameters with torch.optim inside the compiled step: the parameters and the
+    state (exp_avg, exp_avg_sq) are donated at every steady step. An nn.Parameter is a
+    functionalization alias (a detach()) of the tensor it was made from; held alone, it becomes a
+    base tensor, so its buffer is its own. Values equal eager's."""
+    batches = _mlp_batches(5)
+    cpu_model = _mlp()
+    xla_model = copy.deepcopy(cpu_model).to(DEV)
+    copt = torch.optim.Adam(cpu_model.parameters(), lr=1e-2, foreach=True)
+    xopt = torch.optim.Adam(xla_model.parameters(), lr=1e-2, foreach=True)
+    n = len(list(xla_model.parameters()))
+    cstep, xstep = _train_step(cpu_model, copt), torch.compile(_train_step(xla_model, xopt), backend="openxla")
+    donated = []
+    for x, y in batches:
+        before = met.counter_value("DynamoDonatedBuffers") or 0
+        torch.testing.assert_close(xstep(x.to(DEV), y.to(DEV)).item(), cstep(x, y).item(), rtol=1e-4, atol=1e-5)
+        donated.append((met.counter_value("DynamoDonatedBuffers") or 0) - before)
+    assert donated[2:] == [3 * n] * 3, (donated, n)
+    for cp, xp in zip(cpu_model.parameters(), xla_model.parameters()):
+        torch.testing.assert_close(xp.cpu(), cp.detach(), rtol=1e-3, atol=1e-5)
+
+
+def test_retained_graph_never_reads_a_donated_weight():
+    """backward(retain_graph=True) keeps the forward's saved tensors; a compiled update then
+    writes the weights, donating their buffers. A second backward must not read a donated
+    buffer: it raises as eager does (a saved tensor was modified in place) or, where the compiled
+    forward saved its own copy of what it needs, gives the gradient of the graph as recorded."""
+    ws_c, ws_x = _leaf_weights("cpu"), _leaf_weights(DEV)
+    bufs_c = [torch.zeros_like(w) for w in ws_c]
+    bufs_x = [torch.zeros_like(w) for w in ws_x]
+    upd = torch.compile(_sgd_momentum, backend="openxla_eval")
+    fwd = torch.compile(lambda x, a, b: torch.tanh(x @ a).matmul(b).square().mean(), backend="openxla")
+    xc = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
+    before = met.counter_value("DynamoDonatedBuffers") or 0
+    for k in range(4):
+        for w in ws_c + ws_x:
+            w.grad = None
+        loss = fwd(xc.to(DEV), *ws_x)
+        loss.backward(retain_graph=True)
+        torch.tanh(xc @ ws_c[0]).matmul(ws_c[1]).square().mean().backward()
+        first = [w.grad.detach().cpu() for w in ws_x]
+        for f, wc in zip(first, ws_c):
+            torch.testing.assert_close(f, wc.grad, rtol=1e-4, atol=1e-5)
+        upd(ws_x, bufs_x)
+        _sgd_momentum(ws_c, bufs_c)
+        for wc, wx in zip(ws_c, ws_x):
+            torch.testing.assert_close(wx.detach().cpu(), wc.detach(), rtol=1e-4, atol=1e-5)
+        try:
+            loss.backward()
+        except RuntimeError as err:
+            assert "modified by an inplace operation" in str(err), err
+        else:
+            for f, wx in zip(first, ws_x):
+                torch.testing.assert_close(wx.grad.detach().cpu(), 2 * f, rtol=1e-4, atol=1e-5)
+    assert (met.counter_value("DynamoDonatedBuffers") or 0) - before >= 3 * 4
+
+
 def test_batchnorm_running_stats_donated_and_equal_to_eager():
     """BatchNorm's running statistics (written by the forward graph) are donated too."""
     torch.manual_seed(0)

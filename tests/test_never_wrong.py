@@ -893,17 +893,55 @@ def test_index_errors_name_the_bad_index_as_eager(case):
     assert "raised by the op at" in str(err)
 
 
-def test_index_error_in_a_loop_body_still_raises():
-    """A check carried through a loop is and-ed as a boolean: the message drops the index value."""
+def test_index_error_in_a_loop_body_names_the_index_as_eager():
+    """A check carried through a loop carries the first failing iteration's bad index (the one eager's
+    Python loop raises at): the message names it, as the top-level checks do."""
     from torch_xla.experimental.fori_loop import fori_loop
     x = torch.arange(3.0, device=DEV)
 
     def body(i, acc):
         return i + 1, acc + torch.gather(x, 0, (i + 4).reshape(1)).sum()
 
-    with pytest.raises(RuntimeError, match="gather\\(\\): index is out of bounds for dimension 0 with size 3"):
+    with pytest.raises(RuntimeError, match="gather\\(\\): index 4 is out of bounds for dimension 0 with size 3"):
         _, _, acc = fori_loop(2, 0, body, torch.tensor(0, device=DEV), torch.tensor(0.0, device=DEV))
         acc.cpu()
+
+
+def _loop_index_case(d, loop):
+    """Iteration 0 reads index 1 (fine), iteration 1 index 5 (eager raises there), iteration 2 index 7."""
+    x = torch.arange(3.0, device=d)
+
+    def body(i, acc):
+        idx = torch.where(i == 0, 1, 2 * i + 3)
+        return i + 1, acc + torch.gather(x, 0, idx.reshape(1)).sum()
+
+    i0, acc0 = torch.tensor(0, device=d), torch.tensor(0.0, device=d)
+    if d == "cpu":
+        i, acc = i0, acc0
+        while i < 3:
+            i, acc = body(i, acc)
+        return acc
+    if loop == "fori_loop":
+        from torch_xla.experimental.fori_loop import fori_loop
+        return fori_loop(3, 0, body, i0, acc0)[-1]
+    from torch_xla.experimental.fori_loop import while_loop
+    return while_loop(lambda i, acc: i < 3, body, (i0, acc0))[-1]
+
+
+@pytest.mark.parametrize("loop", ["fori_loop", "while_loop"])
+def test_loop_index_error_names_the_first_failing_iterations_index(loop):
+    _raises_like_eager(lambda d: _loop_index_case(d, loop))
+
+
+def test_loop_index_checks_that_hold_do_not_raise():
+    from torch_xla.experimental.fori_loop import fori_loop
+    x = torch.arange(3.0, device=DEV)
+
+    def body(i, acc):
+        return i + 1, acc + x[i.reshape(1)].sum() + torch.gather(x, 0, i.reshape(1)).sum()
+
+    _, _, acc = fori_loop(3, 0, body, torch.tensor(0, device=DEV), torch.tensor(0.0, device=DEV))
+    assert acc.cpu().item() == 6.0
 
 
 @pytest.mark.parametrize("case", ["too large", "negative", "zero classes", "auto negative", "int32"])
@@ -948,3 +986,42 @@ def test_set_storage_with_xla_source_raises_not_implemented():
     v = xs.as_strided((2, 3), (3, 1), 2)
     xs.add_(1)
     assert torch.equal(v.cpu(), y)
+
+
+@pytest.mark.parametrize("case", ["index_put", "index_put accumulate", "index", "index dim 1", "setitem",
+                                  "empty index", "non-empty indexed dim"])
+def test_index_into_a_dim_of_size_zero_as_eager(case):
+    """Eager's AdvancedIndex raises `index is out of bounds for dimension with size 0` at the op when
+    an indexed dim has size 0 and the index shape does not (fuzz seed 11856: no raise; `x[idx]` of a
+    (0, 3) tensor failed to compile); an empty index, or an empty result elsewhere, is fine."""
+    f = {
+        "index_put": lambda d: torch.zeros(0, 1, 4, device=d).index_put((torch.tensor([1], device=d),),
+                                                                       torch.ones(4, device=d)),
+        "index_put accumulate": lambda d: torch.zeros(0, 1, 4, device=d).index_put(
+            (torch.tensor([0], device=d),), torch.ones(4, device=d), accumulate=True),
+        "index": lambda d: torch.zeros(0, 3, device=d)[torch.tensor([0], device=d)],
+        "index dim 1": lambda d: torch.zeros(2, 0, device=d)[:, torch.tensor([0], device=d)],
+        "setitem": lambda d: torch.zeros(0, 3, device=d).index_put_((torch.tensor([0], device=d),),
+                                                                    torch.tensor(1.0, device=d)),
+        "empty index": lambda d: torch.zeros(0, 1, 4, device=d).index_put(
+            (torch.tensor([], dtype=torch.long, device=d),), torch.ones(4, device=d)),
+        "non-empty indexed dim": lambda d: torch.zeros(3, 0, device=d).index_put((torch.tensor([5], device=d),),
+                                                                                 torch.ones(0, device=d)),
+    }[case]
+    try:
+        ref = f("cpu")
+    except Exception as e:  # noqa: BLE001
+        with pytest.raises(type(e)) as got:
+            f(DEV).cpu()
+        assert str(e) in str(got.value)
+        return
+    got = f(DEV).cpu()
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+
+
+@pytest.mark.parametrize("shape", [(2,), (0,), ()])
+def test_trunc_of_bool_raises_as_eager(shape):
+    """fuzz seed 12143: `torch.trunc`/`torch.fix` of a bool tensor returned it; eager's kernel has no bool
+    dtype (NotImplementedError), also for an empty tensor."""
+    for f in (torch.trunc, torch.fix):
+        _raises_like_eager(lambda d: f(torch.zeros(shape, dtype=torch.bool, device=d)))

@@ -368,6 +368,16 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("linalg.solve_ex", ""): ("_linalg_solve_ex",),
     ("linalg.lu_solve", ""): ("linalg_lu_solve",),
     ("linalg.qr", ""): ("linalg_qr",),
+    # eigenvalues / singular values and what torch builds on them (vectors: tests/test_eigh_svd.py,
+    # their signs are the solver's)
+    ("linalg.eigvalsh", ""): ("_linalg_eigh",),
+    ("linalg.svdvals", ""): ("_linalg_svd",),
+    ("linalg.pinv", ""): ("linalg_pinv.atol_rtol_tensor",),
+    ("linalg.pinv", "hermitian"): ("linalg_pinv.atol_rtol_tensor",),
+    ("linalg.matrix_rank", ""): ("_linalg_svd",),
+    ("linalg.matrix_rank", "hermitian"): ("_linalg_eigh",),
+    ("linalg.cond", ""): ("_linalg_svd",),
+    ("linalg.matrix_norm", ""): ("_linalg_svd", "linalg_vector_norm"),
     # ---- rows_bessel.cc
     ("i0", ""): ("i0",),
     ("special.i0e", ""): ("special_i0e",),

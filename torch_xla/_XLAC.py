@@ -336,9 +336,13 @@ def _xla_get_replication_devices_count() -> int:
 
 
 def _run_stablehlo(stablehlo: str, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    """Compiles (once) and runs a StableHLO module (text) on the inputs' XLA device."""
-    if isinstance(stablehlo, bytes):
-        raise TypeError("_run_stablehlo takes StableHLO text in this build (bytecode is not accepted)")
+    """Compiles (once) and runs a StableHLO module on the inputs' XLA device: MLIR text, MLIR
+    bytecode or a StableHLO portable artifact (bytes), all handed to PJRT's compiler as is."""
+    if isinstance(stablehlo, (bytearray, memoryview)):
+        stablehlo = bytes(stablehlo)
+    if not isinstance(stablehlo, (str, bytes)):
+        raise TypeError(f"_run_stablehlo: expected StableHLO text (str) or bytecode (bytes), got "
+                        f"{type(stablehlo).__name__}")
     return _C._run_stablehlo(stablehlo, _xla_tensors(inputs, "_run_stablehlo"), 0)
 
 

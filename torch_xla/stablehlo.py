@@ -10,11 +10,17 @@ device data the graph reads (cached scalar inputs), saved with the program. The 
 
     dir/manifest.json                 format, function names
     dir/functions/forward.mlir        StableHLO text (MLIR generic form)
+    dir/functions/forward.bytecode    the same program as MLIR bytecode (when jax/jaxlib is installed,
+                                      or the only form with include_human_readable_text=False)
     dir/functions/forward.meta.json   argument / result signature, argument sources, pytree specs
     dir/functions/forward.constants.pt  extra device data the function reads
     dir/data/weights.pt               the parameters and buffers (``save_weights=True``)
 
-The directory is written next to its destination and renamed into place.
+The directory is written next to its destination and renamed into place. ``load`` runs the
+text when present, else the bytecode (PJRT's compiler takes MLIR bytecode and StableHLO portable
+artifacts as well as text). It also reads upstream PyTorch/XLA's ``save_as_stablehlo`` layout
+(``functions/<name>.meta`` JSON, ``functions/<name>.bytecode``, ``data/<weight>`` and
+``constants/<i>`` numpy files).
 """
 from __future__ import annotations
 
@@ -39,8 +45,8 @@ class StableHLOExportOptions:
     """Options of the export.
 
     Attributes:
-      include_human_readable_text: keep the StableHLO text in the saved directory (always needed
-        to run it again here; ``False`` is rejected on save for that reason).
+      include_human_readable_text: also write the StableHLO text (``.mlir``) next to the bytecode;
+        ``False`` writes the bytecode only (needs jax/jaxlib's MLIR bytecode writer).
       override_tracing_arguments: positional arguments to trace with instead of the exported
         program's example inputs.
       override_tracing_kwargs: keyword arguments to trace with.
@@ -91,6 +97,35 @@ class StableHLOFunctionMeta:
         return StableHLOFunctionMeta(**d)
 
 
+def _to_bytecode(text: str) -> bytes:
+    """MLIR bytecode of StableHLO text (MLIR's bytecode writer from jax/jaxlib)."""
+    try:
+        import io
+        from jax._src.interpreters import mlir as _jmlir
+        from jax._src.lib.mlir import ir as _ir
+    except ImportError as e:
+        raise RuntimeError("StableHLO bytecode needs MLIR's bytecode writer from jax/jaxlib: "
+                           "pip install jax jaxlib") from e
+    buf = io.BytesIO()
+    with _jmlir.make_ir_context():
+        _ir.Module.parse(text).operation.write_bytecode(buf)
+    return buf.getvalue()
+
+
+def _to_text(program) -> str:
+    """StableHLO text of a program held as text or MLIR bytecode (read back with jax/jaxlib's MLIR)."""
+    if isinstance(program, str):
+        return program
+    try:
+        from jax._src.interpreters import mlir as _jmlir
+        from jax._src.lib.mlir import ir as _ir
+    except ImportError as e:
+        raise RuntimeError("this program was loaded from bytecode only; printing it as text needs jax/jaxlib's "
+                           "MLIR: pip install jax jaxlib") from e
+    with _jmlir.make_ir_context():
+        return _ir.Module.parse(program).operation.get_asm(enable_debug_info=False)
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -113,21 +148,11 @@ class StableHLOGraphModule:
 
     # ---- inspection
     def get_stablehlo_text(self, method_name: Optional[str] = None) -> str:
-        return self._function(method_name)[1]
+        return _to_text(self._function(method_name)[1])
 
     def get_stablehlo_bytecode(self, method_name: Optional[str] = None) -> bytes:
-        text = self.get_stablehlo_text(method_name)
-        try:
-            import io
-            from jax._src.interpreters import mlir as _jmlir
-            from jax._src.lib.mlir import ir as _ir
-        except ImportError as e:
-            raise RuntimeError("get_stablehlo_bytecode needs MLIR's bytecode writer from jax/jaxlib: "
-                               "pip install jax jaxlib") from e
-        buf = io.BytesIO()
-        with _jmlir.make_ir_context():
-            _ir.Module.parse(text).operation.write_bytecode(buf)
-        return buf.getvalue()
+        program = self._function(method_name)[1]
+        return program if isinstance(program, bytes) else _to_bytecode(program)
 
     def get_meta(self, method_name: Optional[str] = None) -> StableHLOFunctionMeta:
         return self._function(method_name)[0]
@@ -193,6 +218,8 @@ class StableHLOGraphModule:
             self._state[name] = value
             self._device_cache = {k: v for k, v in self._device_cache.items() if k[0] != "w:" + name}
             self._device_cache[("w:" + name, device.index or 0)] = value
+        if not meta.out_spec:
+            return list(user)
         return pytree.tree_unflatten(list(user), pytree.treespec_loads(meta.out_spec))
 
     def _on_device(self, key, cpu: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -206,9 +233,6 @@ class StableHLOGraphModule:
     def save(self, directory: str, options: Optional[StableHLOExportOptions] = None) -> None:
         """Writes the program into ``directory`` (replaced if it exists)."""
         options = options or StableHLOExportOptions()
-        if not options.include_human_readable_text:
-            raise ValueError("include_human_readable_text=False is not supported: the StableHLO text is what "
-                             "StableHLOGraphModule.load runs")
         directory = os.path.abspath(os.fspath(directory))
         tmp = f"{directory}.tmp.{os.getpid()}"
         if os.path.exists(tmp):
@@ -216,9 +240,19 @@ class StableHLOGraphModule:
         os.makedirs(os.path.join(tmp, "functions"))
         os.makedirs(os.path.join(tmp, "data"))
         try:
-            for name, (meta, text, constants) in self._functions.items():
-                with open(os.path.join(tmp, "functions", f"{name}.mlir"), "w") as f:
-                    f.write(text)
+            for name, (meta, program, constants) in self._functions.items():
+                if isinstance(program, str) and options.include_human_readable_text:
+                    with open(os.path.join(tmp, "functions", f"{name}.mlir"), "w") as f:
+                        f.write(program)
+                    try:
+                        bytecode = _to_bytecode(program)
+                    except RuntimeError:
+                        bytecode = None  # no jax/jaxlib: the text is enough to run it again
+                else:
+                    bytecode = program if isinstance(program, bytes) else _to_bytecode(program)
+                if bytecode is not None:
+                    with open(os.path.join(tmp, "functions", f"{name}.bytecode"), "wb") as f:
+                        f.write(bytecode)
                 with open(os.path.join(tmp, "functions", f"{name}.meta.json"), "w") as f:
                     json.dump(meta.to_json(), f, indent=1)
                 torch.save([c.cpu() for c in constants], os.path.join(tmp, "functions", f"{name}.constants.pt"))
@@ -245,6 +279,8 @@ class StableHLOGraphModule:
         directory = os.fspath(directory)
         manifest_path = os.path.join(directory, "manifest.json")
         if not os.path.isfile(manifest_path):
+            if os.path.isdir(os.path.join(directory, "functions")):
+                return _load_upstream_layout(directory)
             raise FileNotFoundError(f"{directory!r} holds no saved StableHLO program (no manifest.json)")
         with open(manifest_path) as f:
             manifest = json.load(f)
@@ -253,16 +289,71 @@ class StableHLOGraphModule:
         functions = {}
         for name in manifest["functions"]:
             base = os.path.join(directory, "functions", name)
-            with open(base + ".mlir") as f:
-                text = f.read()
+            if os.path.isfile(base + ".mlir"):
+                with open(base + ".mlir") as f:
+                    program = f.read()
+            elif os.path.isfile(base + ".bytecode"):
+                with open(base + ".bytecode", "rb") as f:
+                    program = f.read()
+            else:
+                raise FileNotFoundError(f"{directory!r}: function {name!r} has neither {name}.mlir nor {name}.bytecode")
             with open(base + ".meta.json") as f:
                 meta = StableHLOFunctionMeta.from_json(json.load(f))
             constants = torch.load(base + ".constants.pt", weights_only=True)
-            functions[name] = (meta, text, constants)
+            functions[name] = (meta, program, constants)
         state = None
         if manifest.get("weights"):
             state = torch.load(os.path.join(directory, "data", "weights.pt"), weights_only=True)
         return StableHLOGraphModule(functions, state, manifest.get("default_method", "forward"))
+
+
+def _load_numpy(path: str) -> torch.Tensor:
+    import numpy as np
+    with open(path, "rb") as f:
+        return torch.from_numpy(np.array(np.load(f, allow_pickle=False)))
+
+
+def _load_upstream_layout(directory: str) -> StableHLOGraphModule:
+    """Upstream PyTorch/XLA's save_as_stablehlo directory: functions/<name>.meta (JSON of its
+    StableHLOFunctionMeta), functions/<name>.bytecode (and optionally .mlir), data/<weight name> and
+    constants/<i> (numpy .npy files)."""
+    fdir = os.path.join(directory, "functions")
+    names = sorted(n[:-len(".meta")] for n in os.listdir(fdir) if n.endswith(".meta"))
+    if not names:
+        raise FileNotFoundError(f"{directory!r}: no functions/<name>.meta (neither this build's nor upstream's layout)")
+    constants = []
+    cdir = os.path.join(directory, "constants")
+    if os.path.isdir(cdir):
+        idx = sorted(int(n) for n in os.listdir(cdir) if n.isdigit())
+        constants = [_load_numpy(os.path.join(cdir, str(i))) for i in idx]
+    state = None
+    ddir = os.path.join(directory, "data")
+    if os.path.isdir(ddir):
+        state = {n: _load_numpy(os.path.join(ddir, n)) for n in os.listdir(ddir)}
+    functions = {}
+    for name in names:
+        with open(os.path.join(fdir, name + ".meta")) as f:
+            m = json.load(f)
+
+        def sig(v):
+            return VariableSignature(list(v["shape"]), str(v["dtype"]))
+
+        locs = [InputLocation(str(l["type_"]), int(l.get("position", -1)), str(l.get("name", "")))
+                for l in m["input_locations"]]
+        outs = [sig(v) for v in m["output_signature"]]
+        meta = StableHLOFunctionMeta(name=m.get("name", name), input_signature=[sig(v) for v in m["input_signature"]],
+                                     output_signature=outs, input_locations=locs, in_spec="",
+                                     out_spec=m.get("output_pytree_spec") or "", num_user_outputs=len(outs))
+        base = os.path.join(fdir, name)
+        if os.path.isfile(base + ".bytecode"):
+            with open(base + ".bytecode", "rb") as f:
+                program = f.read()
+        else:
+            with open(base + ".mlir") as f:
+                program = f.read()
+        functions[name] = (meta, program, constants)
+    default = "forward" if "forward" in functions else names[0]
+    return StableHLOGraphModule(functions, state, default)
 
 
 def load(directory: str) -> StableHLOGraphModule:

@@ -424,8 +424,16 @@ class RowKernel : public c10::OperatorKernel {
     else if (!results.empty()) ResultStrides(op, ivs, results);
     if (strided_factory_) FactoryStrides(ivs, results);
     ApplyInplaceResultLayout(results);
+    // Eager mode materializes the results and the arguments the op updated in place outside its
+    // schema (native_batch_norm's running statistics), in the one graph of this op.
+    bool eager = graph::EagerMode() && !graph::InCompiledRegion();
+    std::vector<c10::IValue> written;
+    if (eager) for (auto& wb : args.writebacks) written.push_back(ivs[wb.first]);
     torch::jit::drop(*stack, n);
-    if (graph::EagerMode() && !graph::InCompiledRegion()) RunNow(results);
+    if (eager) {
+      written.insert(written.begin(), results.begin(), results.end());
+      RunNow(written);
+    }
     for (auto& v : results) stack->push_back(std::move(v));
   }
 

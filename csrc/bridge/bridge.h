@@ -50,6 +50,8 @@ void RegisterInplaceOverlapChecks();
 // Eager's dtype checks of `out=` tensors (a float result into a long `out` raises), which
 // functionalization skips (out_dtype_check.cc).
 void RegisterOutDtypeChecks();
+// The out= probe cache's key for a Python number: what of its value can decide eager's verdict.
+std::string OutProbeValueClass(const c10::Scalar& s);
 // In-place ops that read what they write: eager's error for broadcast overlap, and ours for any
 // other overlap of `self`'s elements (eager's result would depend on its iteration order).
 void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);

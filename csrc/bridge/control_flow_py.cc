@@ -3,6 +3,8 @@
 // fori_loop / while_loop / scan.
 #include <torch/csrc/utils/pybind.h>
 
+#include <limits>
+
 #include "bridge/bridge.h"
 #include "ir/control_flow.h"
 
@@ -47,17 +49,27 @@ void RegisterControlFlowBindings(py::module& m) {
     auto bp = ValuesOf(body_params, device, "body parameter");
     auto br = ValuesOf(body_results, device, "body_fn result");
     size_t n = iv.size();
-    // In-graph checks the traced ops added (index bounds...): each becomes a carried pred, and-ed
-    // every iteration, and is checked on the loop's result.
+    // In-graph checks the traced ops added (index bounds...): each becomes a carried value, checked
+    // on the loop's result. A boolean check is and-ed every iteration. An index check (an s64 scalar:
+    // the first bad index, INT64_MIN when all hold) carries the first failing iteration's bad index
+    // (the one eager raises at): kept once set, so the message names it as at the top level.
     std::vector<graph::LoopCheck> checks;
     if (check_mark >= 0) checks = graph::TakeLoopChecks(device, static_cast<size_t>(check_mark));
+    const int64_t kNone = std::numeric_limits<int64_t>::min();
     for (size_t k = 0; k < checks.size(); ++k) {
-      ir::Value p = ir::Parameter(static_cast<int64_t>(n + k), ir::Shape(ir::DType::kPred, {}));
-      iv.push_back(ir::Constant(1, ir::DType::kPred));
+      const bool index = checks[k].pred.dtype() == ir::DType::kS64 && checks[k].pred.rank() == 0;
+      ir::Value p = ir::Parameter(static_cast<int64_t>(n + k), ir::Shape(index ? ir::DType::kS64 : ir::DType::kPred, {}));
       cp.push_back(p);
       bp.push_back(p);
-      br.push_back(ir::Binary(ir::Op::kAnd, p, graph::CheckPred(checks[k].pred)));
-      checks[k].message = graph::CheckMessage(checks[k].message, std::nullopt);  // a pred: no index
+      if (index) {
+        iv.push_back(ir::ConstantInt(kNone, ir::DType::kS64));
+        ir::Value unset = ir::Compare(ir::CompareDir::kEQ, p, ir::ConstantInt(kNone, ir::DType::kS64));
+        br.push_back(ir::Select(unset, checks[k].pred, p));
+      } else {
+        iv.push_back(ir::Constant(1, ir::DType::kPred));
+        br.push_back(ir::Binary(ir::Op::kAnd, p, graph::CheckPred(checks[k].pred)));
+        checks[k].message = graph::CheckMessage(checks[k].message, std::nullopt);  // a pred: no index
+      }
     }
     std::vector<ir::Value> out;
     try {

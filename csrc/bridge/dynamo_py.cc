@@ -7,7 +7,9 @@
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "bridge/bridge.h"
 #include "graph/dynamo.h"
@@ -37,16 +39,53 @@ graph::TensorPtr XlaOrNull(PyObject* o) {
   }
 }
 
+// Whether no other functional tensor shares `w`'s storage: the wrapper's reference, and at most
+// a Python storage object that only the storage itself keeps alive (made by an
+// `untyped_storage()` call, e.g. when Dynamo made a fake tensor of it).
+bool SoleWrapper(at::FunctionalTensorWrapper* w) {
+  const auto n = w->storage().use_count();
+  if (n == 1) return true;
+  if (n != 2) return false;
+  const c10::impl::PyObjectSlot* slot = w->storage().unsafeGetStorageImpl()->pyobj_slot();
+  return slot->load_pyobj() != nullptr && slot->has_unique_reference();
+}
+
+// XLA_DYNAMO_DONATE_WEIGHTS=0: weights keep their aliasing and never donate (the behaviour
+// before; for A/B measurements).
+bool DonateWeights() {
+  static const bool on = [] {
+    const char* e = std::getenv("XLA_DYNAMO_DONATE_WEIGHTS");
+    return !(e && (std::string(e) == "0" || std::string(e) == "false"));
+  }();
+  return on;
+}
+
+// A whole-tensor alias no other tensor shares storage with (an nn.Parameter: it wraps a detach()
+// of the tensor it was made from, long gone) becomes a base tensor: nothing can observe the
+// aliasing, and later writes then skip functionalization's view replay (two detach_copy per
+// parameter and step) and the old base no longer holds the buffer (so a compiled step can
+// donate it).
+void MaybeMakeBase(const at::Tensor& t) {
+  if (!DonateWeights() || !at::functionalization::impl::isFunctionalTensor(t)) return;
+  auto* w = static_cast<at::FunctionalTensorWrapper*>(t.unsafeGetTensorImpl());
+  if (!w->isBaseTensor() && SoleWrapper(w) && w->is_up_to_date() && !w->is_multi_output_view() &&
+      w->storage_offset() == 0 && w->is_contiguous() && w->value().defined() &&
+      w->value().sizes().equals(w->sizes())) {
+    w->_unsafe_reset_storage();
+  }
+}
+
 // Gives `arg` (a tensor the graph wrote in place) the value `value`, as an in-place op would:
 // through functionalization, so views of it see the write, and with a version bump for autograd.
 void WriteBack(const at::Tensor& arg, graph::TensorPtr value) {
   if (at::functionalization::impl::isFunctionalTensor(arg)) {
     // Fast path: a base tensor no other tensor shares storage with (no view can observe the
     // write) and no pending updates: give its inner XLA tensor the new value directly.
+    MaybeMakeBase(arg);
     auto* w = static_cast<at::FunctionalTensorWrapper*>(arg.unsafeGetTensorImpl());
     // The inner tensor must also be the storage's base, so a view made later regenerates from
     // the new value.
-    if (w->isBaseTensor() && w->storage().use_count() == 1 && w->is_up_to_date() &&
+    if (w->isBaseTensor() && SoleWrapper(w) && w->is_up_to_date() &&
         static_cast<at::functionalization::FunctionalStorageImpl*>(w->storage().unsafeGetStorageImpl())->base().unsafeGetTensorImpl() == w->value().unsafeGetTensorImpl()) {
       if (auto* impl = dynamic_cast<bridge::XLATensorImpl*>(w->value().unsafeGetTensorImpl())) {
         impl->set_tensor(std::move(value));
@@ -103,6 +142,9 @@ std::shared_ptr<Trace> Begin(const py::sequence& args) {
   auto tr = std::make_shared<Trace>();
   std::vector<graph::TensorPtr> xs;
   tr->layout = LayoutOf(args, &xs, &tr->tensors);
+  // Aliases held alone become bases now, so that the buffers they hold alone are seen so by the
+  // donation check (DynamoBeginTrace) and the first write-back already takes the fast path.
+  for (const auto& t : tr->tensors) MaybeMakeBase(t);
   int device = xs.empty() ? 0 : xs[0]->device();
   for (const auto& x : xs) {
     if (x->device() != device) {
@@ -136,16 +178,19 @@ void Restore(const Trace& tr) {
 }
 
 std::shared_ptr<Handle> Compile(const Trace& tr, const std::vector<at::Tensor>& outputs, const std::string& name,
-                                const std::vector<int>& may_donate) {
+                                const std::vector<int>& may_donate, const std::vector<int>& may_donate_wide) {
   std::vector<graph::TensorPtr> outs;
   for (const auto& o : outputs) outs.push_back(bridge::XlaFromUser(o));
   auto h = std::make_shared<Handle>();
   h->layout = tr.layout;
-  // Argument positions -> tensor input indices.
-  std::vector<bool> donate(tr.layout.tensor_pos.size(), false);
-  for (int pos : may_donate) {
-    for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
-      if (tr.layout.tensor_pos[k] == pos) donate[k] = true;
+  // Argument positions -> tensor input indices; 1: may donate, 2: only in the wider executable.
+  std::vector<int> donate(tr.layout.tensor_pos.size(), 0);
+  for (int tier : {2, 1}) {
+    if (tier == 2 && !DonateWeights()) continue;
+    for (int pos : tier == 1 ? may_donate : may_donate_wide) {
+      for (size_t k = 0; k < tr.layout.tensor_pos.size(); ++k) {
+        if (tr.layout.tensor_pos[k] == pos) donate[k] = tier;
+      }
     }
   }
   h->g = graph::DynamoCompile(tr.start, InputsNow(tr), outs, name, donate);
@@ -285,6 +330,24 @@ bool AddCpuScalars(const py::sequence& args, const std::vector<std::pair<std::ve
   return true;
 }
 
+// Debugging/tests: how a functional XLA tensor's value is held (see WriteBack and DynamoRun's
+// donation check).
+py::dict WriteInfo(const at::Tensor& t) {
+  py::dict d;
+  if (at::functionalization::impl::isFunctionalTensor(t)) {
+    auto* w = static_cast<at::FunctionalTensorWrapper*>(t.unsafeGetTensorImpl());
+    d["is_base"] = w->isBaseTensor();
+    d["storage_use_count"] = w->storage().use_count();
+    d["view_metas"] = w->view_metas().size();
+    d["sole_wrapper"] = SoleWrapper(w);
+  }
+  graph::TensorPtr x = bridge::XlaFromUser(t);
+  d["tensor_use_count"] = x.use_count() - 1;  // less this function's reference
+  d["data_use_count"] = x->data() ? x->data().use_count() : 0;
+  d["held_alone"] = graph::DynamoHeldAlone(x, 2);  // x here + the tensor's own reference
+  return d;
+}
+
 }  // namespace
 
 namespace txla::bridge {
@@ -306,9 +369,22 @@ void RegisterDynamoBindings(py::module& m) {
         return v;
       })
       .def_property_readonly("donated_inputs", [](const Handle& h) {
+        // The widest donating executable's donated inputs (argument positions).
         std::vector<int> v;
-        for (const auto& [param, input] : h.g->donate) v.push_back(h.layout.tensor_pos[input]);
+        if (!h.g->donations.empty()) {
+          for (const auto& [param, input] : h.g->donations[0].donate) v.push_back(h.layout.tensor_pos[input]);
+        }
         return v;
+      })
+      .def_property_readonly("donation_variants", [](const Handle& h) {
+        // Per donating executable, in the order a call tries them: the inputs it donates.
+        std::vector<std::vector<int>> out;
+        for (const auto& d : h.g->donations) {
+          std::vector<int> v;
+          for (const auto& [param, input] : d.donate) v.push_back(h.layout.tensor_pos[input]);
+          out.push_back(std::move(v));
+        }
+        return out;
       })
       .def_property_readonly("uses_rng", [](const Handle& h) { return h.g->seed_root >= 0; })
       .def_property_readonly("input_shapes", [](const Handle& h) {
@@ -319,8 +395,9 @@ void RegisterDynamoBindings(py::module& m) {
   m.def("_dynamo_begin", &Begin, py::arg("args"));
   m.def("_dynamo_restore", &Restore, py::arg("trace"));
   m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"),
-        py::arg("may_donate") = std::vector<int>{});
+        py::arg("may_donate") = std::vector<int>{}, py::arg("may_donate_wide") = std::vector<int>{});
   m.def("_dynamo_run", &Run, py::arg("graph"), py::arg("args"));
+  m.def("_dynamo_write_info", &WriteInfo, py::arg("tensor"));
   m.def("_dynamo_pack_cpu_scalars", &PackCpuScalars, py::arg("args"), py::arg("groups"));
   m.def("_dynamo_add_cpu_scalars", &AddCpuScalars, py::arg("args"), py::arg("increments"));
   m.def("_dynamo_debug_enabled", []() {

@@ -18,6 +18,12 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/copy_ops.h>
 #include <ATen/ops/polygamma_ops.h>
+#include <ATen/ops/_amp_update_scale_ops.h>
+#include <ATen/ops/_batch_norm_with_update_ops.h>
+#include <ATen/ops/_fused_moving_avg_obs_fq_helper_ops.h>
+#include <ATen/ops/rrelu_with_noise_ops.h>
+#include <ATen/ops/_native_batch_norm_legit_ops.h>
+#include <ATen/ops/resize_ops.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -233,6 +239,78 @@ at::Tensor& PolygammaInplaceFunctionalize(at::Tensor& self, int64_t n) {
   at::Tensor r = at::_ops::polygamma::call(n, self);
   at::_ops::copy_::call(self, r, false);
   return self;
+}
+
+// `_native_batch_norm_legit.out` and `_batch_norm_with_update.out` write their running stats (positional
+// arguments) and their outs (keyword-only). torch's generated Functionalize kernels assign the
+// functional op's results, which come outs first and running stats last, to the written arguments in
+// schema order, running stats first: `out` received save_invstd, `running_mean` the normalized
+// input (issue #7, found by the out= survey). Computed as the in-place-on-stats op + copies instead.
+void CopyOut(at::Tensor& out, const at::Tensor& r) {
+  if (out.sym_sizes() != r.sym_sizes()) at::_ops::resize_::call(out, r.sym_sizes(), std::nullopt);
+  at::_ops::copy_::call(out, r, false);
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> NativeBatchNormLegitOutFunctionalize(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, bool training, double momentum, double eps, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd) {
+  auto r = at::_ops::_native_batch_norm_legit::call(input, weight, bias, running_mean, running_var, training,
+                                                     momentum, eps);
+  CopyOut(out, std::get<0>(r));
+  CopyOut(save_mean, std::get<1>(r));
+  CopyOut(save_invstd, std::get<2>(r));
+  return {out, save_mean, save_invstd};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> BatchNormWithUpdateOutFunctionalize(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, double momentum, double eps, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd, at::Tensor& reserve) {
+  auto r = at::_ops::_batch_norm_with_update::call(input, weight, bias, running_mean, running_var, momentum, eps);
+  CopyOut(out, std::get<0>(r));
+  CopyOut(save_mean, std::get<1>(r));
+  CopyOut(save_invstd, std::get<2>(r));
+  CopyOut(reserve, std::get<3>(r));
+  return {out, save_mean, save_invstd, reserve};
+}
+
+// The same ordering bug in the other out= overloads that also write a positional argument
+// (every such aten schema was listed: the fused optimizers' out= overloads fail inside torch's
+// functionalization instead, `_amp_foreach_non_finite_check_and_unscale.out` too): `out` received
+// growth_tracker's new value / the noise, and the other way round.
+at::Tensor& AmpUpdateScaleOutFunctionalize(const at::Tensor& self, at::Tensor& growth_tracker,
+                                           const at::Tensor& found_inf, double growth, double backoff,
+                                           int64_t interval, at::Tensor& out) {
+  // Eager's own out= kernel (generated from the functional op) writes `out` only and leaves
+  // growth_tracker as it was, although the schema marks it written: matched.
+  auto r = at::_ops::_amp_update_scale::call(self, growth_tracker, found_inf, growth, backoff, interval);
+  CopyOut(out, std::get<0>(r));
+  return out;
+}
+
+at::Tensor& RreluWithNoiseOutFunctionalize(const at::Tensor& self, at::Tensor& noise, const at::Scalar& lower,
+                                           const at::Scalar& upper, bool training,
+                                           std::optional<at::Generator> generator, at::Tensor& out) {
+  auto r = at::_ops::rrelu_with_noise_functional::call(self, noise, lower, upper, training, generator);
+  CopyOut(out, std::get<0>(r));
+  at::_ops::copy_::call(noise, std::get<1>(r), false);
+  return out;
+}
+
+std::tuple<at::Tensor&, at::Tensor&> FusedMovingAvgObsFqHelperOutFunctionalize(
+    const at::Tensor& self, const at::Tensor& observer_on, const at::Tensor& fake_quant_on, at::Tensor& running_min,
+    at::Tensor& running_max, at::Tensor& scale, at::Tensor& zero_point, double averaging_const, int64_t quant_min,
+    int64_t quant_max, int64_t ch_axis, bool per_row_fake_quant, bool symmetric_quant, at::Tensor& out0,
+    at::Tensor& out1) {
+  auto r = at::_ops::_fused_moving_avg_obs_fq_helper_functional::call(
+      self, observer_on, fake_quant_on, running_min, running_max, scale, zero_point, averaging_const, quant_min,
+      quant_max, ch_axis, per_row_fake_quant, symmetric_quant);
+  CopyOut(out0, std::get<0>(r));
+  CopyOut(out1, std::get<1>(r));
+  // As for _amp_update_scale.out: eager's generated out= kernel writes the outs only (the running
+  // min/max, scale and zero point keep their values): matched.
+  return {out0, out1};
 }
 
 at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
@@ -465,6 +543,11 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("unfold", TORCH_FN(UnfoldFunctionalize));
   fn->impl("as_strided", TORCH_FN(AsStridedFunctionalize));
   fn->impl("polygamma_", TORCH_FN(PolygammaInplaceFunctionalize));
+  fn->impl("_native_batch_norm_legit.out", TORCH_FN(NativeBatchNormLegitOutFunctionalize));
+  fn->impl("_batch_norm_with_update.out", TORCH_FN(BatchNormWithUpdateOutFunctionalize));
+  fn->impl("_amp_update_scale.out", TORCH_FN(AmpUpdateScaleOutFunctionalize));
+  fn->impl("rrelu_with_noise.out", TORCH_FN(RreluWithNoiseOutFunctionalize));
+  fn->impl("_fused_moving_avg_obs_fq_helper.out", TORCH_FN(FusedMovingAvgObsFqHelperOutFunctionalize));
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =

@@ -357,6 +357,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_exit_compiled_region", &graph::ExitCompiledRegion);
   m.def("_set_execution_forbidden", &graph::SetExecutionForbidden);
   m.def("_inject_compile_failure", &graph::InjectCompileFailure, py::arg("needle"));
+  // Test hook: the value class the out= probe keys a Python number by (out_dtype_check.cc).
+  m.def("_out_probe_value_class", [](py::object v) {
+    if (py::isinstance<py::bool_>(v)) return bridge::OutProbeValueClass(c10::Scalar(v.cast<bool>()));
+    if (py::isinstance<py::int_>(v)) return bridge::OutProbeValueClass(c10::Scalar(v.cast<int64_t>()));
+    return bridge::OutProbeValueClass(c10::Scalar(v.cast<double>()));
+  });
   m.def("_initialize_cache", [](const std::string& path, bool readonly) {
     try {
       graph::InitializeCache(path, readonly);
@@ -521,6 +527,12 @@ PYBIND11_MODULE(_C, m) {
     }
     auto out = ir::OptimizationBarrier(values);
     for (size_t i = 0; i < xs.size(); ++i) xs[i]->SetPending(out[i]);
+    if (graph::EagerMode() && !graph::InCompiledRegion()) {  // eager: one op, run now (as upstream)
+      graph::SyncOptions o;
+      o.eager = true;
+      py::gil_scoped_release nogil;
+      graph::SyncTensors(&xs, o);
+    }
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 #include "util/metrics.h"
@@ -19,6 +20,9 @@ DynamoTraceStart DynamoBeginTrace(const std::vector<TensorPtr>& inputs, int devi
   s.seed = RngSeedTensor(device);
   if (s.seed->HasPending()) pending.push_back(s.seed);
   if (!pending.empty()) SyncTensors(&pending, SyncOptions{});
+  pending.clear();
+  // Held by the caller's tensor and the caller's list alone (as a call will check it).
+  for (const auto& t : inputs) s.held_alone.push_back(DynamoHeldAlone(t, 2));
   s.inputs = inputs;
   for (const auto& t : inputs) s.input_data.push_back(t->data());
   s.seed_data = s.seed->data();
@@ -29,7 +33,7 @@ DynamoTraceStart DynamoBeginTrace(const std::vector<TensorPtr>& inputs, int devi
 
 std::shared_ptr<DynamoGraph> DynamoCompile(const DynamoTraceStart& start, const std::vector<TensorPtr>& inputs_after,
                                            const std::vector<TensorPtr>& outputs, const std::string& name,
-                                           const std::vector<bool>& may_donate) {
+                                           const std::vector<int>& may_donate) {
   if (SyncExecutionCount() != start.executions_before) {
     throw std::runtime_error("the graph ran a computation while it was traced (it reads a value on the host)");
   }
@@ -98,27 +102,49 @@ std::shared_ptr<DynamoGraph> DynamoCompile(const DynamoTraceStart& start, const 
     for (size_t p = 0; p < g->params.size(); ++p) {
       if (g->params[p].kind == DynamoParam::kInput) param_of_input.emplace(g->params[p].input, static_cast<int>(p));
     }
-    std::vector<std::pair<int, int>> aliases;
-    std::vector<std::pair<int, int>> donate;
+    // (parameter, result, input, tier) of every written input that may donate.
+    std::vector<std::tuple<int, int, int, int>> cands;
     for (const auto& [input, root] : g->mutated) {
       auto it = param_of_input.find(input);
       if (it == param_of_input.end() || g->input_shapes[input] != g->root_shapes[root]) continue;
-      if (static_cast<size_t>(input) >= may_donate.size() || !may_donate[input]) continue;
+      const int tier = static_cast<size_t>(input) < may_donate.size() ? may_donate[input] : 0;
+      if (tier <= 0 || (tier >= 2 && !start.held_alone[input])) continue;
       const ir::DeviceDataPtr& d = start.input_data[input];
       if (!d || d->IsSpmd()) continue;
-      aliases.emplace_back(it->second, root);
-      donate.emplace_back(it->second, input);
+      cands.emplace_back(it->second, root, input, tier);
     }
-    if (!aliases.empty()) {
+    bool has_wide = false, has_narrow = false;
+    for (const auto& c : cands) (std::get<3>(c) >= 2 ? has_wide : has_narrow) = true;
+    // The wide executable (every candidate) first, then the narrow one (tier 1 alone).
+    for (int max_tier : {2, 1}) {
+      if (max_tier == 2 ? !has_wide : !has_narrow) continue;
+      std::vector<std::pair<int, int>> aliases;
+      DynamoGraph::Donation don;
+      for (const auto& [param, root, input, tier] : cands) {
+        if (tier > max_tier) continue;
+        aliases.emplace_back(param, root);
+        don.donate.emplace_back(param, input);
+      }
       std::sort(aliases.begin(), aliases.end());
       std::vector<const ir::Node*> params2;
       metrics::Timer timer("DynamoCompileGraphTime");
-      g->exe_donate = CompileGraph(roots, start.device, name, &params2, aliases);
+      don.exe = CompileGraph(roots, start.device, name, &params2, aliases);
       if (params2.size() != params.size()) throw std::runtime_error("internal: the donating executable's parameters differ");
-      g->donate = std::move(donate);
+      g->donations.push_back(std::move(don));
     }
   }
   return g;
+}
+
+bool DynamoHeldAlone(const TensorPtr& t, long tensor_refs) {
+  if (!t || t.use_count() > tensor_refs || !t->error().empty() || t->HasPending()) return false;
+  const ir::DeviceDataPtr& d = t->data();
+  if (!d || !d->donatable || d->donated || d->IsSpmd() || d->buffer.get() == nullptr) return false;
+  if (d.use_count() == 1) return true;
+  // The tensor's cached data leaf (made when it was first used lazily) holds the data too; it
+  // counts as the tensor's own as long as no pending graph holds that leaf.
+  ir::Value leaf = t->GetValue();
+  return leaf.node && leaf.node->data == d && leaf.node.use_count() == 2 && d.use_count() == 2;
 }
 
 std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector<TensorPtr>& inputs) {
@@ -144,14 +170,21 @@ std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector
   }
   // Donate when every written input's buffer is held by that input alone: its device data by its
   // one lazy tensor (no other tensor, pending graph or cache reads it), that tensor by the input's
-  // tensor and this call (no second argument or alias shares it).
-  bool donate = g.exe_donate != nullptr;
-  for (size_t k = 0; k < g.donate.size() && donate; ++k) {
-    const TensorPtr& t = inputs[g.donate[k].second];
-    const ir::DeviceDataPtr& d = t->data();
-    donate = t.use_count() <= 2 && d && d.use_count() == 1 && d->donatable && !d->donated && !d->IsSpmd() &&
-             d->buffer.get() != nullptr && t->error().empty() && !t->HasPending();
+  // tensor and this call (no second argument or alias shares it). Tensors sharing the input's
+  // storage (a `detach()`, `.data`) go through functionalization, which regenerates them from the
+  // written value, never from the donated buffer.
+  const DynamoGraph::Donation* donation = nullptr;
+  for (const auto& v : g.donations) {
+    bool ok = true;
+    for (size_t k = 0; k < v.donate.size() && ok; ++k) {
+      ok = DynamoHeldAlone(inputs[v.donate[k].second], 2);
+    }
+    if (ok) {
+      donation = &v;
+      break;
+    }
   }
+  const bool donate = donation != nullptr;
   std::vector<PJRT_Buffer*> args;
   args.reserve(g.params.size());
   for (const auto& p : g.params) {
@@ -180,13 +213,14 @@ std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector
   std::vector<runtime::Buffer> outs;
   {
     int64_t launch = metrics::NowNs();
-    outs = GetClient().Execute(donate ? *g.exe_donate : *g.exe, args, g.device);
+    outs = GetClient().Execute(donate ? *donation->exe : *g.exe, args, g.device);
     // The donated buffers now belong to the results. Their PJRT handles are released once the
     // execution is done (destroying a donated handle earlier waits for it: see the sync's donation).
     auto donated_buffers = std::make_shared<std::vector<runtime::Buffer>>();
     if (donate) {
       metrics::IncrementCounter("DynamoDonatingCall");
-      for (const auto& [param, input] : g.donate) {
+      metrics::IncrementCounter("DynamoDonatedBuffers", static_cast<int64_t>(donation->donate.size()));
+      for (const auto& [param, input] : donation->donate) {
         ir::DeviceData* d = inputs[input]->data().get();
         d->donated = true;
         donated_buffers->push_back(std::move(d->buffer));

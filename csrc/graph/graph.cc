@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graph/compile_cache.h"
 #include "graph/spmd.h"
 #include "lowering/stablehlo.h"
 #include "util/half.h"
@@ -867,8 +868,9 @@ std::string CompileReason(const std::string& name, const std::vector<const Node*
 }
 
 std::mutex g_cache_mu;
-std::unordered_map<Hash128, std::shared_ptr<Computation>, Hash128Hasher>& Cache() {
-  static auto* m = new std::unordered_map<Hash128, std::shared_ptr<Computation>, Hash128Hasher>();
+// Bounded: see compile_cache.h (an evicted executable lives on while a caller still holds it).
+LruCache<Hash128, std::shared_ptr<Computation>, Hash128Hasher>& Cache() {
+  static auto* m = new LruCache<Hash128, std::shared_ptr<Computation>, Hash128Hasher>(CompileCacheCapacity());
   return *m;
 }
 
@@ -885,10 +887,9 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
                                              const std::vector<std::pair<int, int>>& aliases, bool aliasing) {
   {
     std::lock_guard<std::mutex> g(g_cache_mu);
-    auto it = Cache().find(key);
-    if (it != Cache().end()) {
+    if (auto* hit = Cache().Find(key)) {
       metrics::IncrementCounter("CachedCompile");
-      return it->second;
+      return *hit;
     }
   }
   lowering::ModuleSpec spec;
@@ -955,8 +956,20 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
     }
   }
   if (spmd::Enabled()) comp->output_shardings = spmd::OutputShardings(comp->exe, roots);
+  const bool pressure = MapPressure();
   std::lock_guard<std::mutex> g(g_cache_mu);
-  Cache()[key] = comp;
+  if (size_t evicted = Cache().Insert(key, comp)) metrics::IncrementCounter("CompileCacheEvictions", static_cast<int64_t>(evicted));
+  if (pressure) {
+    // Past half the process's memory-map limit (each executable's kernels hold mappings): the
+    // least recently used half goes, before an XLA compile runs out of mappings.
+    size_t evicted = Cache().EvictTo(Cache().size() / 2);
+    metrics::IncrementCounter("CompileCacheMapPressureEvictions", static_cast<int64_t>(evicted));
+    if (DebugLevel() > 0) {
+      std::fprintf(metrics::DebugStream(), "[PT_XLA_DEBUG] compile cache: %zu executables evicted (the process holds %lld of "
+                   "its %lld memory mappings)\n", evicted, static_cast<long long>(ProcessMapCount()),
+                   static_cast<long long>(MaxMapCount()));
+    }
+  }
   return comp;
 }
 
@@ -1332,7 +1345,7 @@ void ForgetCachedScalars() {
 
 void ClearCompileCache() {
   std::lock_guard<std::mutex> g(g_cache_mu);
-  Cache().clear();
+  Cache().Clear();
 }
 
 void InjectCompileFailure(const std::string& needle) {

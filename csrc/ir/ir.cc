@@ -59,7 +59,7 @@ const char* OpName(Op op) {
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
       "all_gather", "reduce_scatter", "all_to_all", "sharding",
       "lgamma", "digamma", "erfc", "bessel_i1e", "polygamma", "next_after", "zeta", "bitcast_convert",
-      "host_call", "cholesky", "triangular_solve", "parameter", "while"};
+      "host_call", "cholesky", "triangular_solve", "eigh", "parameter", "while"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -434,6 +434,20 @@ Value TriangularSolve(const Value& a, const Value& b, bool left_side, bool lower
   Attrs at;
   at.ints = {{left_side ? 1 : 0, lower ? 1 : 0, unit_diagonal ? 1 : 0, transpose_a ? 1 : 0}};
   return Make(Op::kTriangularSolve, {a, b}, b.shape(), at);
+}
+
+std::pair<Value, Value> Eigh(const Value& a, bool lower, int64_t max_iter, double tol) {
+  int r = a.rank();
+  if (r < 2 || a.dims()[r - 1] != a.dims()[r - 2] || !IsFloating(a.dtype())) {
+    Fail("eigh: expected a float [..., n, n] operand, got " + a.shape().ToString());
+  }
+  Attrs at;
+  at.n = lower ? 1 : 0;
+  at.ints = {{max_iter}};
+  at.f = tol;
+  std::vector<int64_t> wd(a.dims().begin(), a.dims().end() - 1);
+  NodePtr n = MakeMulti(Op::kEigh, {a}, {a.shape(), Shape(a.dtype(), wd)}, at);
+  return {Value(n, 0), Value(n, 1)};
 }
 
 namespace {

@@ -90,8 +90,8 @@ enum class Op : uint16_t {
   // A host kernel (attrs.s names it, attrs.ints[0] its integer parameters): an XLA FFI custom call
   // to one of ATen's CPU kernels, registered with the CPU plugin (see HostKernels()).
   kHostCall,
-  // linear algebra (attrs: see Cholesky / TriangularSolve)
-  kCholesky, kTriangularSolve,
+  // linear algebra (attrs: see Cholesky / TriangularSolve / Eigh)
+  kCholesky, kTriangularSolve, kEigh,
   // Structured control flow (control_flow.h): a region's parameter (attrs.n = its index) and
   // stablehlo.while (regions: cond, body; operands and results: the carried values).
   kParameter, kWhile,
@@ -240,6 +240,12 @@ Value Cholesky(const Value& a, bool lower);
 // upper triangle is read), b [..., m, k] with the same batch dims; op transposes when transpose_a.
 Value TriangularSolve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
                       bool transpose_a);
+
+// Symmetric eigendecomposition of each [..., n, n] float matrix (only its `lower` or upper triangle
+// is read): (eigenvectors [..., n, n] as columns, eigenvalues [..., n] ascending). A custom call
+// @Eigh that XLA's EighExpander turns into a cyclic Jacobi loop (max_iter sweeps at most, stopping
+// once the off-diagonal norm is below tol times the matrix's Frobenius norm).
+std::pair<Value, Value> Eigh(const Value& a, bool lower, int64_t max_iter, double tol);
 
 // OptimizationBarrier over several values: returns the same values, which XLA may not move
 // computations across.

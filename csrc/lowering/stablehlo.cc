@@ -351,6 +351,13 @@ class Emitter {
       case Op::kZeta: Line(n, "chlo.zeta", ""); return;
       case Op::kBitcastConvert: Line(n, "stablehlo.bitcast_convert", ""); return;
       case Op::kCholesky: Line(n, "stablehlo.cholesky", A.n ? "lower = true" : "lower = false"); return;
+      case Op::kEigh: {
+        // XLA's EighExpander reads "lower,sort_eigenvalues,max_iter,tol"; results (vectors, values).
+        char cfg[96];
+        std::snprintf(cfg, sizeof(cfg), "%d,1,%lld,%.9e", A.n ? 1 : 0, static_cast<long long>(A.ints[0][0]), A.f);
+        Line(n, "stablehlo.custom_call", std::string("backend_config = \"") + cfg + "\", call_target_name = \"Eigh\"");
+        return;
+      }
       case Op::kTriangularSolve: {
         auto flag = [](int64_t v) { return v ? std::string("true") : std::string("false"); };
         const auto& f = A.ints[0];

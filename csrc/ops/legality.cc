@@ -210,7 +210,14 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"kthvalue", [](OpArgs& a) {
          // eager: k's range check, then a 0-dim input is returned as is (bool too; fuzz seed 9913),
          // then the dtype dispatch
+         // A reduction dim of size 0 raises eager's IndexError before anything else (fuzz seed 11369).
          const Value& x = a.V(0);
+         if (x.rank() > 0) {
+           int64_t d0 = ir::NormalizeDim(a.Int(2), x.rank());
+           if (x.dims()[d0] == 0) {
+             throw IndexError("kthvalue(): Expected reduction dim " + std::to_string(d0) + " to have non-zero size.");
+           }
+         }
          if (x.rank() == 0 || x.dtype() != DType::kPred) return;
          int64_t d = ir::NormalizeDim(a.Int(2), x.rank()), k = a.Int(1);
          if (k < 1 || k > x.dims()[d]) return;  // the row raises eager's range error
@@ -219,6 +226,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"round", NoBool("round_vml_cpu")},
       {"ceil", NoBool("ceil_vml_cpu")},
       {"floor", NoBool("floor_vml_cpu")},
+      {"trunc", NoBool("trunc_vml_cpu")},  // fuzz seed 12143
       {"silu", FloatKernel("silu_cpu", 0, false)},
       {"softplus", FloatKernel("softplus_cpu", 0, false)},
       {"gelu", FloatKernel("GeluKernelImpl", 0, false)},

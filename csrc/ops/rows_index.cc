@@ -212,6 +212,14 @@ IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices, in
   if (p.indexed.empty()) throw ir::ShapeError("index: no index tensors");
   for (size_t k = 1; k < p.indexed.size(); ++k) p.adjacent &= p.indexed[k] == p.indexed[k - 1] + 1;
   p.bshape = shape;
+  // Eager's AdvancedIndex: an indexed dim of size 0 with a non-empty index shape can only be out of
+  // bounds, and raises at the op, even when the result has no elements (fuzz seed 11856: `index_put`
+  // into a (0, 1, 4) tensor; `x[idx]` of a (0, 3) tensor failed to compile).
+  bool empty_indexed = false;
+  for (int64_t d : p.indexed) empty_indexed |= self.dims()[d] == 0;
+  if (empty_indexed && std::find(shape.begin(), shape.end(), 0) == shape.end()) {
+    throw IndexError("index is out of bounds for dimension with size 0");
+  }
   for (size_t k = 0; k < p.idx.size(); ++k) {
     Value i = Cast(BroadcastTo(p.idx[k], shape), DType::kS64);
     int64_t n = self.dims()[p.indexed[k]];

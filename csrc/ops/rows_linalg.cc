@@ -5,7 +5,9 @@
 // complex, reduced precision, empty and malformed inputs go to the CPU fallback (eager's errors).
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
+#include "graph/graph.h"
 #include "ir/control_flow.h"
 #include "ops/rows.h"
 
@@ -396,6 +398,172 @@ Qr HouseholderQr(const Value& a, bool complete) {  // a: [B, m, n] float
   return {q, KeepTriangle(r, false)};
 }
 
+
+// ---- Symmetric eigendecomposition and SVD on XLA's Jacobi eigensolver (a custom call @Eigh that
+// XLA's EighExpander expands; ir::Eigh), refined here: XLA's loop stops with off-diagonal residues
+// of ~1e-9 relative (f64), accurate eigenvalues but eigenvectors whose V diag(w) V^T misses A by
+// that much. kRefineSweeps sweeps of parallel two-sided Jacobi on B = V^T A V (quadratically
+// convergent from there; one sweep is enough for distinct eigenvalues, a repeated one needed the
+// second: tests/test_eigh_svd.py) bring the residue to rounding level, as LAPACK's.
+constexpr int64_t kEighMaxSweeps = 100;
+constexpr int64_t kRefineSweeps = 2;
+// Above this size (n for eigh, m + n for the SVD's symmetric embedding) they stay on the CPU
+// (LAPACK through the fallback): the Jacobi loops cost O(n^3) per sweep, and a cached call already
+// takes ~20-30 ms at n = 32 and ~1 s at n = 128 on XLA:CPU, where LAPACK takes well under a
+// millisecond; a user's 128 x 128 eigh must not become 300x slower because it is lowered.
+constexpr int64_t kMaxEigh = 64;
+// The SVD's embedding is (m + n)^2: lowered up to m + n = 64 (e.g. 32 x 32, ~0.3 s per cached call).
+constexpr int64_t kMaxSvd = 64;
+double EighTol(DType t) { return t == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
+
+// Rotates row pairs of x [B, N, M]: rows top[k], bot[k] (idx [B, N/2] s64, together a permutation of
+// 0..N-1) become c x_top - s x_bot and s x_top + c x_bot (c, s: [B, N/2]); inv[B, N] gives each
+// row's place in the concatenation [tops; bots].
+Value RotateRows(const Value& x, const Value& top, const Value& bot, const Value& inv, const Value& c,
+                 const Value& s) {
+  int64_t bt = x.dims()[0], h = top.dims()[1], m = x.dims()[2];
+  Value xt = GatherRows(x, top), xb = GatherRows(x, bot);
+  Value cb = ir::BroadcastInDim(c, {bt, h, m}, {0, 1}), sb = ir::BroadcastInDim(s, {bt, h, m}, {0, 1});
+  Value nt = ir::Binary(Op::kSub, ir::Binary(Op::kMul, cb, xt), ir::Binary(Op::kMul, sb, xb));
+  Value nb = ir::Binary(Op::kAdd, ir::Binary(Op::kMul, sb, xt), ir::Binary(Op::kMul, cb, xb));
+  return GatherRows(ir::Concatenate({nt, nb}, 1), inv);
+}
+
+// Parallel (round-robin ordered) two-sided Jacobi sweeps on a symmetric b [B, n, n] with its
+// accumulated eigenvectors vt (V^T, rows = eigenvectors) [B, n, n]; returns (b, vt) rotated.
+std::pair<Value, Value> JacobiSweeps(Value b, Value vt, int64_t sweeps) {
+  int64_t bt = b.dims()[0], n = b.dims()[1];
+  if (n < 2) return {b, vt};
+  int64_t big = n + (n % 2), h = big / 2;  // an odd size gets a zero row/column that never rotates
+  DType t = b.dtype();
+  if (big != n) {
+    Value z = ir::Constant(0, t);
+    b = ir::Pad(b, z, {0, 0, 0}, {0, 1, 1}, {0, 0, 0});
+    vt = ir::Pad(vt, z, {0, 0, 0}, {0, 1, 1}, {0, 0, 0});
+  }
+  auto step = [&](const Value& i, const std::vector<Value>& cv) -> std::vector<Value> {
+    Value B = cv[0], Vt = cv[1];
+    ir::Shape hs(DType::kS64, {h}), ns(DType::kS64, {big});
+    Value r = ir::Binary(Op::kRem, i, ir::ConstantInt(big - 1, DType::kS64));
+    auto player = [&](const Value& pos) {  // pos 0 stays; the others rotate by r
+      Value one = ir::Full(1, pos.shape()), mod = ir::Full(static_cast<double>(big - 1), pos.shape());
+      Value p = ir::Binary(Op::kAdd, ir::Binary(Op::kRem, ir::Binary(Op::kAdd, ir::Binary(Op::kSub, pos, one),
+                                                                      ir::BroadcastInDim(r, pos.dims(), {})), mod), one);
+      return ir::Select(ir::Compare(CompareDir::kEQ, pos, ir::Full(0, pos.shape())), pos, p);
+    };
+    Value k = ir::Iota(hs, 0);
+    Value top1 = player(k);
+    Value bot1 = player(ir::Binary(Op::kSub, ir::Full(static_cast<double>(big - 1), hs), k));
+    // inverse: player q sits at pos(q) = 1 + ((q - 1 - r) mod (N - 1)) (q > 0), its concat index is
+    // pos for pos < N/2, else N/2 + (N - 1 - pos)
+    Value q = ir::Iota(ns, 0);
+    Value nm1 = ir::Full(static_cast<double>(big - 1), ns), one = ir::Full(1, ns);
+    Value shifted = ir::Binary(Op::kSub, ir::Binary(Op::kAdd, q, nm1), ir::Binary(Op::kAdd, one, ir::BroadcastInDim(r, {big}, {})));
+    Value pos = ir::Binary(Op::kAdd, ir::Binary(Op::kRem, shifted, nm1), one);
+    pos = ir::Select(ir::Compare(CompareDir::kEQ, q, ir::Full(0, ns)), q, pos);
+    Value inv1 = ir::Select(ir::Compare(CompareDir::kLT, pos, ir::Full(static_cast<double>(h), ns)), pos,
+                            ir::Binary(Op::kSub, ir::Full(static_cast<double>(big - 1 + h), ns), pos));
+    Value top = ir::BroadcastInDim(top1, {bt, h}, {1}), bot = ir::BroadcastInDim(bot1, {bt, h}, {1});
+    Value inv = ir::BroadcastInDim(inv1, {bt, big}, {1});
+    // b_pp, b_qq, b_pq of each pair
+    Value d = ir::Reshape(DiagOf(B), {bt, big, 1});
+    Value app = ir::Reshape(GatherRows(d, top), {bt, h}), aqq = ir::Reshape(GatherRows(d, bot), {bt, h});
+    Value rows = GatherRows(B, top);  // [B, h, N]
+    ir::Shape rs(DType::kS64, {bt, h, big});
+    Value hit = ir::Compare(CompareDir::kEQ, ir::Iota(rs, 2), ir::BroadcastInDim(bot, {bt, h, big}, {0, 1}));
+    Value apq = ir::Reduce(ir::ReduceKind::kSum, ir::Select(hit, rows, ir::Full(0, rows.shape())), {2});
+    // Golub & Van Loan's sym.schur2: tau = (a_qq - a_pp) / (2 a_pq), t = sign(tau) / (|tau| + sqrt(1 + tau^2))
+    ir::Shape ps(t, {bt, h});
+    Value zero = ir::Full(0, ps), onef = ir::Full(1, ps);
+    Value skip = ir::Compare(CompareDir::kEQ, apq, zero);
+    Value safe = ir::Select(skip, onef, apq);
+    Value tau = ir::Binary(Op::kDiv, ir::Binary(Op::kSub, aqq, app), ir::Binary(Op::kMul, ir::Full(2, ps), safe));
+    Value root = ir::Unary(Op::kSqrt, ir::Binary(Op::kAdd, onef, ir::Binary(Op::kMul, tau, tau)));
+    Value tt = ir::Binary(Op::kDiv, onef, ir::Binary(Op::kAdd, ir::Unary(Op::kAbs, tau), root));
+    tt = ir::Select(ir::Compare(CompareDir::kLT, tau, zero), ir::Unary(Op::kNeg, tt), tt);
+    tt = ir::Select(skip, zero, tt);
+    Value c = ir::Unary(Op::kRsqrt, ir::Binary(Op::kAdd, onef, ir::Binary(Op::kMul, tt, tt)));
+    Value s = ir::Binary(Op::kMul, tt, c);
+    // B <- J^T B J (rows, then columns), V <- V J (rows of V^T)
+    Value b1 = RotateRows(B, top, bot, inv, c, s);
+    Value b2 = MatT(RotateRows(MatT(b1), top, bot, inv, c, s));
+    return {b2, RotateRows(Vt, top, bot, inv, c, s)};
+  };
+  std::vector<Value> out = ir::ForLoop(sweeps * (big - 1), {b, vt}, step);
+  b = out[0];
+  vt = out[1];
+  if (big != n) {
+    b = ir::Slice(b, {0, 0, 0}, {bt, n, n}, {1, 1, 1});
+    vt = ir::Slice(vt, {0, 0, 0}, {bt, n, n}, {1, 1, 1});
+  }
+  return {b, vt};
+}
+
+// Eigendecomposition of symmetric [B, n, n] matrices (the `lower` or upper triangle is read):
+// (eigenvalues [B, n] ascending, eigenvectors [B, n, n] as columns).
+std::pair<Value, Value> SymmetricEigen(const Value& x, bool lower) {
+  int64_t bt = x.dims()[0], n = x.dims()[1];
+  Value a = ir::Select(IndexCompare(x, lower ? CompareDir::kGE : CompareDir::kLE), x, MatT(x));
+  auto [vecs, vals] = ir::Eigh(a, true, kEighMaxSweeps, EighTol(x.dtype()));
+  DType t = x.dtype();
+  Value b = ir::DotGeneral(vecs, ir::DotGeneral(a, vecs, {0}, {0}, {2}, {1}, t), {0}, {0}, {1}, {1}, t);  // V^T A V
+  auto [bd, vt] = JacobiSweeps(b, MatT(vecs), kRefineSweeps);
+  Value w = DiagOf(bd);
+  // ascending (refinement can reorder near-equal eigenvalues); rows of V^T follow
+  std::vector<Value> sorted = ir::Sort({w, ir::Iota(ir::Shape(DType::kS64, {bt, n}), 1)}, 1, false, true);
+  return {sorted[0], MatT(GatherRows(vt, sorted[1]))};
+}
+
+// Eager's LAPACK (syevd) fails to converge on a NaN in the triangle it reads and raises
+// LinAlgError from the host (an infinity gives NaN eigenvalues, no error): the same condition as a
+// check, raised at the next sync or host read.
+void CheckNoNan(const Value& x, bool lower, int device) {
+  Value tri = ir::Select(IndexCompare(x, lower ? CompareDir::kGE : CompareDir::kLE), x, ir::Full(0, x.shape()));
+  std::vector<int64_t> all(x.rank());
+  for (int i = 0; i < x.rank(); ++i) all[i] = i;
+  Value ok = ir::Reduce(ir::ReduceKind::kAnd, ir::Compare(CompareDir::kEQ, tri, tri), all);
+  graph::AddCheck(ok, "linalg.eigh: The algorithm failed to converge because the input matrix is ill-conditioned or "
+                      "has too many repeated eigenvalues (the input holds a NaN)", device, /*runtime_error=*/true);
+}
+
+// Q of a [B, m, k] matrix's Householder QR, each column's sign set so that R's diagonal is >= 0
+// (columns beyond k, in complete mode, as Householder leaves them).
+Value OrthonormalColumns(const Value& x, bool complete) {
+  Qr f = HouseholderQr(x, complete);
+  int64_t bt = x.dims()[0], m = x.dims()[1], k = x.dims()[2], qc = f.q.dims()[2];
+  Value d = DiagOf(ir::Slice(f.r, {0, 0, 0}, {bt, k, k}, {1, 1, 1}));  // [B, k]
+  Value neg = ir::Compare(CompareDir::kLT, d, ir::Full(0, d.shape()));
+  Value sg = ir::Select(neg, ir::Full(-1, d.shape()), ir::Full(1, d.shape()));
+  if (qc > k) sg = ir::Concatenate({sg, ir::Full(1, ir::Shape(d.dtype(), {bt, qc - k}))}, 1);
+  return ir::Binary(Op::kMul, f.q, ir::BroadcastInDim(sg, {bt, m, qc}, {0, 2}));
+}
+
+// SVD of [B, m, n] through the eigendecomposition of its symmetric embedding [[0, A], [A^T, 0]]:
+// eigenvalues +-sigma (and |m - n| zeros), eigenvectors [u; +-v] / sqrt(2). The k = min(m, n)
+// largest give S (descending) and the matching halves u, v; a Householder QR of each half makes
+// them orthonormal to working precision (and completes them for zero singular values or
+// full_matrices), keeping the pairing signs (R's diagonal made positive).
+struct Svd {
+  Value u, s, vh;
+};
+Svd SymmetricEmbeddingSvd(const Value& a, bool full, bool compute_uv) {
+  int64_t bt = a.dims()[0], m = a.dims()[1], n = a.dims()[2], k = std::min(m, n), sz = m + n;
+  DType t = a.dtype();
+  Value zero = ir::Constant(0, t);
+  Value top = ir::Pad(a, zero, {0, 0, m}, {0, 0, 0}, {0, 0, 0});              // [B, m, m + n]
+  Value bottom = ir::Pad(MatT(a), zero, {0, 0, 0}, {0, 0, n}, {0, 0, 0});     // [B, n, m + n]
+  Value j = ir::Concatenate({top, bottom}, 1);
+  auto [vals, vecs] = SymmetricEigen(j, true);
+  Value s = ir::Reverse(ir::Slice(vals, {0, sz - k}, {bt, sz}, {1, 1}), {1});
+  s = ir::Binary(Op::kMax, s, ir::Full(0, s.shape()));
+  if (!compute_uv) return {Value(), s, Value()};
+  Value x = ir::Reverse(ir::Slice(vecs, {0, 0, sz - k}, {bt, sz, sz}, {1, 1, 1}), {2});  // [B, m + n, k]
+  Value uh = ir::Slice(x, {0, 0, 0}, {bt, m, k}, {1, 1, 1});
+  Value vv = ir::Slice(x, {0, m, 0}, {bt, sz, k}, {1, 1, 1});
+  Value u = OrthonormalColumns(uh, full);
+  Value v = OrthonormalColumns(vv, full);
+  return {u, s, MatT(v)};
+}
 }  // namespace
 
 void AddLinalgRows(std::vector<OpRow>& rows) {
@@ -603,6 +771,116 @@ void AddLinalgRows(std::vector<OpRow>& rows) {
       r = MatT(adjoint ? LuSolve(f, MatT(b)) : LuSolveTransposed(f, MatT(b)));
     }
     return {ir::Reshape(r, B.dims())};
+  }});
+
+  // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues ascending, eigenvectors as columns): XLA's
+  // Jacobi eigensolver on the UPLO triangle (eigenvector signs are the solver's, not LAPACK's).
+  rows.push_back({"_linalg_eigh", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    std::string uplo = a.IsNone(1) ? "L" : a.Str(1);
+    bool compute_v = a.Bool(2, true);
+    RequireSquare(x);
+    if ((uplo != "L" && uplo != "U" && uplo != "l" && uplo != "u") || x.dims()[x.rank() - 1] > kMaxEigh) {
+      throw NotLowered{};  // eager's error / LAPACK for large matrices
+    }
+    auto batch = BatchOf(x);
+    int64_t n = x.dims()[x.rank() - 1];
+    Value none = ir::Full(0, ir::Shape(x.dtype(), {0}));
+    if (x.shape().numel() == 0) {
+      return {ir::Full(0, ir::Shape(x.dtype(), With(batch, {n}))), compute_v ? ir::Full(0, x.shape()) : none};
+    }
+    CheckNoNan(x, uplo == "L" || uplo == "l", a.device);
+    auto [vals, vecs] = SymmetricEigen(FlattenBatch(x), uplo == "L" || uplo == "l");
+    return {ir::Reshape(vals, With(batch, {n})), compute_v ? ir::Reshape(vecs, x.dims()) : none};
+  }});
+  // _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S descending, Vh).
+  rows.push_back({"_linalg_svd", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    bool full = a.Bool(1), compute_uv = a.Bool(2, true);
+    if (!a.IsNone(3)) throw NotLowered{};  // driver=: eager's error (cuSOLVER only)
+    int r = x.rank();
+    if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
+    int64_t m = x.dims()[r - 2], n = x.dims()[r - 1], k = std::min(m, n);
+    if (m + n > kMaxSvd) throw NotLowered{};
+    auto batch = BatchOf(x);
+    DType t = x.dtype();
+    int64_t uc = full ? m : k, vr = full ? n : k;
+    Value none = ir::Full(0, ir::Shape(t, {0}));
+    if (x.shape().numel() == 0) {  // S empty; U, Vh: the identity's leading columns / rows
+      Value s = ir::Full(0, ir::Shape(t, With(batch, {k})));
+      if (!compute_uv) return {none, s, none};
+      auto eye = [&](int64_t rows, int64_t cols) {
+        ir::Shape es(t, With(batch, {rows, cols}));
+        Value z = ir::Full(0, es);
+        return ir::Select(IndexCompare(z, CompareDir::kEQ), ir::Full(1, es), z);
+      };
+      return {eye(m, uc), s, eye(vr, n)};
+    }
+    Svd f = SymmetricEmbeddingSvd(ir::Reshape(x, {ProductOf(batch), m, n}), full, compute_uv);
+    Value s = ir::Reshape(f.s, With(batch, {k}));
+    if (!compute_uv) return {none, s, none};
+    return {ir::Reshape(f.u, With(batch, {m, uc})), s, ir::Reshape(f.vh, With(batch, {vr, n}))};
+  }});
+  // linalg_pinv(A, atol, rtol, hermitian) as eager's composite: the SVD's (or, hermitian, the
+  // eigendecomposition's) values above max(atol, rtol * largest) inverted, the others dropped; rtol
+  // defaults to eps * max(m, n), or 0 when a positive atol is given.
+  rows.push_back({"linalg_pinv.atol_rtol_tensor", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    bool herm = a.Bool(3);
+    int r = x.rank();
+    if (r < 2 || !LinalgType(x.dtype())) throw NotLowered{};
+    int64_t m = x.dims()[r - 2], n = x.dims()[r - 1];
+    if (herm ? (m != n || n > kMaxEigh) : (m + n > kMaxSvd)) throw NotLowered{};
+    DType t = x.dtype();
+    auto batch = BatchOf(x);
+    std::optional<Value> atol = a.OptV(1), rtol = a.OptV(2);
+    // The tolerance is computed in the promoted type of atol, rtol and A (pinverse and the float
+    // overload pass float64 tensors): S is compared in that type.
+    DType ct = t;
+    for (const auto& v : {atol, rtol}) {
+      if (v && ((v->dtype() != t && v->dtype() != DType::kF64) || BroadcastShapes(batch, v->dims()) != batch)) {
+        throw NotLowered{};
+      }
+      if (v && v->dtype() == DType::kF64) ct = DType::kF64;
+    }
+    if (x.shape().numel() == 0) return {ir::Full(0, ir::Shape(t, With(batch, {n, m})))};
+    int64_t bt = ProductOf(batch);
+    ir::Shape cs(ct, {bt, 1});
+    auto column = [&](const Value& v) { return Cast(ir::Reshape(BroadcastTo(v, batch), {bt, 1}), ct); };
+    Value at = atol ? column(*atol) : ir::Full(0, cs);
+    Value rt;
+    if (rtol) {
+      rt = column(*rtol);
+    } else {
+      double eps = t == DType::kF64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+      Value def = ir::Full(eps * static_cast<double>(std::max(m, n)), cs);
+      rt = atol ? ir::Select(ir::Compare(CompareDir::kGT, at, ir::Full(0, cs)), ir::Full(0, cs), def) : def;
+    }
+    Value xf = ir::Reshape(x, {bt, m, n});
+    auto invert = [&](const Value& s, const Value& mag, const Value& largest) {
+      Value tol = ir::Binary(Op::kMax, at, ir::Binary(Op::kMul, rt, Cast(largest, ct)));
+      Value tb = ir::BroadcastInDim(ir::Reshape(tol, {bt}), s.dims(), {0});
+      return ir::Select(ir::Compare(CompareDir::kGT, Cast(mag, ct), tb), ir::Binary(Op::kDiv, ir::Full(1, s.shape()), s),
+                        ir::Full(0, s.shape()));
+    };
+    Value res;
+    if (herm) {
+      CheckNoNan(xf, true, a.device);
+      auto [w, v] = SymmetricEigen(xf, true);
+      Value mag = ir::Unary(Op::kAbs, w);
+      Value largest = ir::Reshape(ir::Reduce(ir::ReduceKind::kMax, mag, {1}), {bt, 1});
+      Value sp = invert(w, mag, largest);
+      Value vs = ir::Binary(Op::kMul, v, ir::BroadcastInDim(sp, {bt, n, n}, {0, 2}));
+      res = ir::DotGeneral(vs, v, {0}, {0}, {2}, {2}, t);
+    } else {
+      Svd f = SymmetricEmbeddingSvd(xf, false, true);
+      int64_t k = std::min(m, n);
+      Value largest = ir::Slice(f.s, {0, 0}, {bt, 1}, {1, 1});
+      Value sp = invert(f.s, f.s, largest);
+      Value vs = ir::Binary(Op::kMul, MatT(f.vh), ir::BroadcastInDim(sp, {bt, n, k}, {0, 2}));
+      res = ir::DotGeneral(vs, f.u, {0}, {0}, {2}, {2}, t);  // [B, n, m]
+    }
+    return {ir::Reshape(res, With(batch, {n, m}))};
   }});
   rows.push_back({"cholesky_inverse", [](OpArgs& a) -> V {
     Value F = a.V(0);

@@ -367,15 +367,7 @@ class CompiledGraph:
     @staticmethod
     def _finish(e: _Entry, out: list, args):
         if e.spec is not None:
-            res = []
-            for kind, v in e.spec:
-                if kind == 0:
-                    res.append(out[v])
-                elif kind == 1:
-                    res.append(args[v])
-                else:
-                    res.append(v)
-            out = res
+            out = [out[v] if kind == 0 else (args[v] if kind == 1 else v) for kind, v in e.spec]
         return out if e.is_list else tuple(out)
 
     def _slow(self, args):
@@ -477,13 +469,16 @@ class CompiledGraph:
             else:
                 spec.append((2, o))
                 plain = False
-        # Inputs that may donate their buffers to their new values when the graph writes them
-        # (optimizer state, BatchNorm statistics; a call donates only when it holds the buffers
-        # alone). Not parameters: autograd's saved state of the step (the forward's detached
-        # aliases of its inputs) still holds them while the optimizer writes them.
+        # Inputs that may donate their buffers to their new values when the graph writes them (a
+        # call donates only the buffers its inputs hold alone): optimizer state and BatchNorm
+        # statistics, and, in a wider executable tried first, tensors that require grad (`wide`:
+        # weights updated by a compiled step; compiled only if one held its buffer alone when
+        # the trace began; when one is shared at a call, e.g. by a pending lazy value, the call
+        # donates the others alone, or nothing).
         may_donate = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.requires_grad]
+        wide = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
         try:
-            handle = _C._dynamo_compile(trace, tensors, self.name, may_donate)
+            handle = _C._dynamo_compile(trace, tensors, self.name, may_donate, wide)
         except Exception as err:  # noqa: BLE001
             _C._dynamo_restore(trace)
             return self._lazy(f"capture failed ({type(err).__name__}: {err})")
