@@ -338,6 +338,14 @@ ERRORS = {
         0, torch.tensor([2], device=d)), IndexError),
     "index_select_dim2_out_of_range": (lambda d: torch.zeros(2, 3, 4, device=d).index_select(
         2, torch.tensor([9], device=d)), IndexError),
+    # norms without an identity (ord < 0, inf) over an empty dimension or an empty tensor (fuzz 12793)
+    "inf_norm_empty_dim": (lambda d: torch.zeros(0, 1, 0, device=d).norm(p=float("inf"), dim=2), RuntimeError),
+    "neg_norm_empty_dim": (lambda d: torch.linalg.vector_norm(torch.zeros(2, 0, device=d), -1, -1), RuntimeError),
+    "inf_norm_empty_tensor": (lambda d: torch.linalg.vector_norm(torch.zeros(0, 3, device=d), float("inf")),
+                              RuntimeError),
+    # bool floor division: eager's shape error before its dtype error (fuzz 12808)
+    "bool_floordiv_shape_first": (lambda d: torch.ones(4, 3, dtype=torch.bool, device=d) // torch.ones(
+        4, 2, dtype=torch.bool, device=d), RuntimeError),
 }
 
 
@@ -1025,3 +1033,13 @@ def test_trunc_of_bool_raises_as_eager(shape):
     dtype (NotImplementedError), also for an empty tensor."""
     for f in (torch.trunc, torch.fix):
         _raises_like_eager(lambda d: f(torch.zeros(shape, dtype=torch.bool, device=d)))
+
+
+def test_norms_of_empty_tensors_that_have_an_identity():
+    """ord >= 0 norms of empty dimensions are 0 as in eager, and inf over a non-empty dimension of an
+    empty tensor is an empty result (only the reduced dimensions must be non-empty)."""
+    x = torch.zeros(0, 3)
+    for fn in (lambda t: t.norm(p=2, dim=0), lambda t: torch.linalg.vector_norm(t, 0, 0),
+               lambda t: torch.linalg.vector_norm(t, float("inf"), 1), lambda t: t.norm(p=1)):
+        want, got = fn(x), fn(x.to(DEV)).cpu()
+        assert got.shape == want.shape and torch.equal(got, want)

@@ -5,6 +5,7 @@
 // The table is keyed by op-table row; a rule runs before the row builds any IR. Torch-free.
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <unordered_map>
 
 #include "ops/op_table.h"
@@ -54,12 +55,36 @@ Rule FloatKernel(const std::string& kernel, size_t k = 0, bool skip_empty = true
     if (ir::IsIntegral(a.V(k).dtype(), true)) NotImpl(kernel, a.V(k).dtype());
   };
 }
-Rule FloatNorm(size_t k = 0) {
+// Eager's linalg.vector_norm: a norm without an identity (ord < 0 or inf) cannot reduce an empty
+// tensor over everything, nor over a dimension of size 0 (named as the caller gave it; fuzz seed 12793).
+void NormIdentityCheck(OpArgs& a, size_t ord_arg, size_t dim_arg) {
+  const Value& x = a.V(0);
+  if (x.shape().numel() != 0 || a.IsNone(ord_arg)) return;
+  double ord = a.S(ord_arg).AsDouble();
+  if (!(ord < 0 || ord == std::numeric_limits<double>::infinity())) return;
+  std::ostringstream o;
+  o << ord;
+  std::optional<std::vector<int64_t>> dims;
+  if (dim_arg != static_cast<size_t>(-1)) dims = a.OptInts(dim_arg);
+  if (!dims || dims->empty()) {
+    a.Fail("linalg.vector_norm cannot compute the " + o.str() + " norm on an empty tensor because the operation "
+           "does not have an identity");
+  }
+  for (int64_t d : *dims) {
+    if (x.dims()[ir::NormalizeDim(d, x.rank())] == 0) {
+      a.Fail("linalg.vector_norm cannot compute the " + o.str() + " norm on the dimension " + std::to_string(d) +
+             "because this dimension is empty and the operation does not have an identity");
+    }
+  }
+}
+// norm.Scalar (no dim: dim_arg -1) and norm.ScalarOpt_dim(_dtype): eager's kernel is vector_norm's.
+Rule FloatNorm(size_t dim_arg = static_cast<size_t>(-1)) {
   return [=](OpArgs& a) {
-    DType t = a.V(k).dtype();
+    DType t = a.V(0).dtype();
     if (!ir::IsFloating(t) && !IsComplexT(t)) {
       a.Fail(std::string("linalg.vector_norm: Expected a floating point or complex tensor as input. Got ") + TypeName(t));
     }
+    NormIdentityCheck(a, 1, dim_arg);
   };
 }
 Rule BitwiseInts(const std::string& kernel, bool scalar) {
@@ -205,6 +230,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
          if (!ir::IsFloating(t) && !IsComplexT(t)) {
            a.Fail(std::string("linalg.vector_norm: Expected a floating point or complex tensor as input. Got ") + TypeName(t));
          }
+         NormIdentityCheck(a, 1, 2);
        }},
       {"topk", NoBoolRuntime("topk does not support bool dtypes on CPU")},
       {"kthvalue", [](OpArgs& a) {
@@ -241,10 +267,12 @@ const std::unordered_map<std::string, Rule>& Rules() {
        }},
       {"div.Tensor_mode", [](OpArgs& a) {
          if (a.IsNone(2) || ResultType({&a.T(0), &a.T(1)}) != DType::kPred) return;
+         BroadcastShapes(a.V(0).dims(), a.V(1).dims());  // eager checks shapes first (fuzz seed 12808)
          NotImpl(a.Str(2) == "trunc" ? "div_trunc_cpu" : "div_floor_cpu", DType::kPred);
        }},
       {"norm.Scalar", FloatNorm()},
-      {"norm.ScalarOpt_dim", FloatNorm()},
+      {"norm.ScalarOpt_dim", FloatNorm(2)},
+      {"norm.ScalarOpt_dim_dtype", FloatNorm(2)},
       {"bitwise_and.Tensor", BitwiseInts("bitwise_and_cpu", false)},
       {"bitwise_and.Scalar", BitwiseInts("bitwise_and_cpu", true)},
       {"bitwise_or.Tensor", BitwiseInts("bitwise_or_cpu", false)},
