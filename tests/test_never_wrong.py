@@ -1043,3 +1043,31 @@ def test_norms_of_empty_tensors_that_have_an_identity():
                lambda t: torch.linalg.vector_norm(t, float("inf"), 1), lambda t: t.norm(p=1)):
         want, got = fn(x), fn(x.to(DEV)).cpu()
         assert got.shape == want.shape and torch.equal(got, want)
+
+
+def test_dtype_conversion_keeps_a_dense_layout_so_reshape_copies_as_eager():
+    """`.to(dtype)` of a transposed XLA tensor keeps its strides (memory_format=preserve), as eager: a
+    reshape of it then copies, and writes into that copy leave the tensor alone (fuzz seed 15757)."""
+    for conv in (lambda t: t.bfloat16().float(), lambda t: t.to(torch.float64), lambda t: t.double()):
+        results = []
+        for dev in ("cpu", DEV):
+            x = torch.arange(6.0).reshape(3, 1, 2).to(dev).transpose(0, 2)
+            y = conv(x)
+            r = y.reshape(6)
+            r.fill_(0.5)
+            as_strided = y.as_strided((2, 2), (1, 2)).cpu()
+            results.append((tuple(y.stride()), y.cpu(), r.cpu(), as_strided))
+        (es, ey, er, ea), (xs, xy, xr, xa) = results
+        assert xs == es
+        assert torch.equal(xy, ey) and torch.equal(xr, er) and torch.equal(xa, ea)
+
+
+def test_to_memory_format_strides_match_eager():
+    x = torch.randn(2, 3, 4, 5)
+    for mf in (torch.channels_last, torch.contiguous_format, torch.preserve_format):
+        want = x.to(torch.float64, memory_format=mf)
+        got = x.to(DEV).to(torch.float64, memory_format=mf)
+        assert got.stride() == want.stride(), mf
+        assert torch.equal(got.cpu(), want)
+        cl = x.contiguous(memory_format=torch.channels_last)
+        assert cl.to(DEV).to(torch.float64).stride() == cl.to(torch.float64).stride()

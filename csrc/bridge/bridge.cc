@@ -799,6 +799,27 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
   return dst;
 }
 
+// .to()'s result layout, as eager's empty_like: memory_format=preserve keeps a dense source's strides
+// (a transposed tensor stays transposed, so a later reshape copies as in eager instead of viewing);
+// contiguous_format/channels_last give that format's strides.
+void ApplyToCopyLayout(const at::Tensor& out, const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
+  at::MemoryFormat mf = memory_format.value_or(at::MemoryFormat::Preserve);
+  if (mf == at::MemoryFormat::Contiguous || self.dim() < 2) return;
+  at::Tensor probe;
+  try {
+    probe = at::empty_like(at::empty_strided(self.sizes(), self.strides(), at::TensorOptions().device(at::kMeta)),
+                           at::TensorOptions().device(at::kMeta), mf);
+  } catch (const std::exception&) {
+    return;  // a format that does not fit the rank: eager's own call raises, the layout stays contiguous
+  }
+  if (probe.is_contiguous()) return;
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(probe.sizes(), probe.strides());
+  if (at::functionalization::impl::isFunctionalTensor(out)) {
+    at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(
+        probe.sizes(), probe.strides());
+  }
+}
+
 at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                   std::optional<at::Device> device, std::optional<bool>, bool,
                   std::optional<at::MemoryFormat> memory_format) {
@@ -811,13 +832,7 @@ at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, s
     at::Tensor out = MakeXla(FromCpu(self.to(st), target));
     // .to() keeps a dense layout (memory_format=preserve), as for CUDA: a transposed tensor stays transposed.
     bool preserve = !memory_format || *memory_format == at::MemoryFormat::Preserve;
-    if (preserve && !self.is_contiguous() && self.is_non_overlapping_and_dense()) {
-      out.unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), self.strides());
-      if (at::functionalization::impl::isFunctionalTensor(out)) {
-        at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(
-            self.sizes(), self.strides());
-      }
-    }
+    if (preserve && !self.is_contiguous() && self.is_non_overlapping_and_dense()) ApplyToCopyLayout(out, self, memory_format);
     return out;
   }
   if (device && device->type() != c10::DeviceType::XLA) {
@@ -827,7 +842,9 @@ at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, s
   int target = device && device->has_index() ? CheckedDevice(device->index()) : x->device();
   ir::Value v = x->GetValue();
   if (target != x->device()) v = FromCpu(ToCpu(x), target)->GetValue();
-  return MakeXla(graph::TensorFromValue(ops::Cast(v, ToDType(st)), target));
+  at::Tensor out = MakeXla(graph::TensorFromValue(ops::Cast(v, ToDType(st)), target));
+  ApplyToCopyLayout(out, self, memory_format);  // fuzz seed 15757
+  return out;
 }
 
 // scaled_dot_product_attention: take PyTorch's math decomposition (matmul, softmax, dropout),
