@@ -279,3 +279,92 @@ def test_fused_moving_avg_obs_fq_helper_out_as_eager():
     for a, b in zip(res["cpu"], res[str(DEV)]):
         assert a.dtype == b.dtype
         torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
+def _fused_calls():
+    """(name, overload, args builder, kwargs builder) for every fused optimizer out= overload."""
+    calls = []
+    for ov in ("out", "tensor_lr_out"):
+        def lr(d, ov=ov):
+            return 0.1 if ov == "out" else torch.tensor(0.1, device=d)
+        for name in ("_fused_adam", "_fused_adamw"):
+            for ams in (False, True):
+                calls.append((name, ov, lambda d, L, ams=ams: [L(1, d), L(0.5, d), L(0.1, d), L(0.2, d),
+                                                               L(0.3, d) if ams else [],
+                                                               [torch.tensor(1.0, device=d), torch.tensor(3.0, device=d)]],
+                              lambda d, ams=ams, lr=lr: dict(lr=lr(d), beta1=0.9, beta2=0.99, weight_decay=0.01,
+                                                             eps=1e-8, amsgrad=ams, maximize=False)))
+        calls.append(("_fused_sgd", ov, lambda d, L: [L(1, d), L(0.5, d), L(0.3, d)],
+                      lambda d, lr=lr: dict(weight_decay=0.01, momentum=0.9, lr=lr(d), dampening=0.0,
+                                            nesterov=False, maximize=False, is_first_step=False)))
+        calls.append(("_fused_adagrad", ov, lambda d, L: [L(1, d), L(0.5, d), L(0.3, d),
+                                                          [torch.tensor(1.0, device=d), torch.tensor(3.0, device=d)]],
+                      lambda d, lr=lr: dict(lr=lr(d), lr_decay=0.0, weight_decay=0.01, eps=1e-10, maximize=False)))
+    return calls
+
+
+@pytest.mark.parametrize("case", _fused_calls(), ids=lambda c: f"{c[0]}.{c[1]}")
+def test_fused_optimizer_out_writes_out_only_as_eager(case):
+    """torch's generated Functionalize kernels of the fused optimizers' out= overloads raised its
+    internal assert or gave `out` the gradients and the optimizer state the new parameters. Eager
+    writes `out` (the new parameters) and leaves every argument as it was: matched."""
+    name, ov, args, kwargs = case
+
+    def L(v, d):
+        return [torch.full((2, 3), float(v), device=d), torch.full((4,), float(v) + 1, device=d)]
+
+    res = {}
+    for dev in ("cpu", DEV):
+        a = args(dev, L)
+        out = [torch.empty(0, device=dev), torch.empty(4, device=dev)]
+        getattr(getattr(torch.ops.aten, name), ov)(*a, **kwargs(dev), out=out)
+        res[str(dev)] = [o.cpu() for o in out] + [t.cpu() for lst in a for t in lst]
+    assert len(res["cpu"]) == len(res[str(DEV)])
+    for x, y in zip(res["cpu"], res[str(DEV)]):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        torch.testing.assert_close(y, x)
+
+
+def test_fused_optimizer_out_dtype_error_as_eager():
+    for dev in ("cpu", DEV):
+        p = [torch.ones(3, device=dev)]
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double instead"):
+            torch.ops.aten._fused_sgd.out(p, [torch.ones(3, device=dev)], [torch.ones(3, device=dev)],
+                                          weight_decay=0.0, momentum=0.9, lr=0.1, dampening=0.0, nesterov=False,
+                                          maximize=False, is_first_step=False,
+                                          out=[torch.empty(3, dtype=torch.float64, device=dev)])
+
+
+def test_amp_foreach_unscale_out_writes_out_only_as_eager():
+    """`_amp_foreach_non_finite_check_and_unscale.out`: `out` got found_inf's value and found_inf the
+    unscaled gradients. Eager writes the unscaled gradients to `out` and leaves found_inf alone."""
+    res = {}
+    for dev in ("cpu", DEV):
+        g = [torch.tensor([1.0, float("inf"), 2.0], device=dev), torch.tensor([4.0], device=dev)]
+        fi = torch.zeros((), device=dev)
+        out = [torch.empty(3, device=dev), torch.empty(0, device=dev)]
+        torch.ops.aten._amp_foreach_non_finite_check_and_unscale.out(g, fi, torch.tensor(0.5, device=dev), out=out)
+        res[str(dev)] = [o.cpu() for o in out] + [t.cpu() for t in g] + [fi.cpu()]
+    for x, y in zip(res["cpu"], res[str(DEV)]):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        torch.testing.assert_close(y, x)
+
+
+@pytest.mark.parametrize("case", _fused_calls(), ids=lambda c: f"{c[0]}_.{c[1]}")
+def test_fused_optimizer_inplace_as_eager(case):
+    """The in-place fused optimizers: `_fused_adam_` with an empty max_exp_avg_sqs (no amsgrad) hit
+    torch's functionalization assert, `_fused_sgd_`/`_fused_adagrad_` had no meta kernel."""
+    name, ov, args, kwargs = case
+
+    def L(v, d):
+        return [torch.full((2, 3), float(v), device=d), torch.full((4,), float(v) + 1, device=d)]
+
+    res = {}
+    for dev in ("cpu", DEV):
+        a = args(dev, L)
+        op = getattr(torch.ops.aten, name + "_")
+        (op.default if ov == "out" else op.tensor_lr)(*a, **kwargs(dev))
+        res[str(dev)] = [t.cpu() for lst in a for t in lst]
+    for x, y in zip(res["cpu"], res[str(DEV)]):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        torch.testing.assert_close(y, x)

@@ -16,6 +16,7 @@
 #include <ATen/ops/mul_meta_dispatch.h>
 #include <ATen/ops/sub_meta_dispatch.h>
 #include <ATen/ScalarOps.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/ops/sqrt_meta_dispatch.h>
 
 #include <cstdlib>
@@ -221,6 +222,44 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
   const auto& rets = op.schema().returns();
   for (const auto& ret : rets) {
     if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
+  }
+  bool pointwise = op.hasTag(at::Tag::pointwise) || op.schema().name() == "aten::floor_divide" ||
+                   op.schema().name() == "aten::complex" || op.schema().name() == "aten::polar";
+  for (const auto& arg : op.schema().arguments()) {
+    if (arg.name() == "memory_format") pointwise = false;  // clone: its memory_format decides (meta below)
+  }
+  if (pointwise) {
+    // Pointwise ops: eager's CPU kernels lay out their results with TensorIterator, but the meta
+    // kernels of a few (div with rounding_mode='floor', floor_divide, copysign, where) return
+    // contiguous results: ask TensorIterator itself, over meta operands laid out like ours (fuzz
+    // seed 18455: a floor division of a transposed tensor kept contiguous strides, so .view() was
+    // accepted where eager refuses it).
+    try {
+      at::TensorIteratorConfig cfg;
+      cfg.set_check_mem_overlap(false).check_all_same_dtype(false).declare_static_dtype_and_device(at::kFloat, at::kMeta);
+      cfg.add_owned_output(at::Tensor());
+      size_t inputs = 0;
+      for (const auto& v : ivs) {
+        if (!v.isTensor() || !v.toTensor().defined()) continue;
+        const at::Tensor& t = v.toTensor();
+        cfg.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().device(at::kMeta)));
+        ++inputs;
+      }
+      if (inputs > 0) {
+        at::TensorIterator iter = cfg.build();
+        const at::Tensor& meta = iter.output(0);
+        for (const auto& r : results) {
+          if (!r.isTensor()) continue;
+          const at::Tensor& out = r.toTensor();
+          if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
+          if (!meta.sizes().equals(out.sizes())) continue;
+          out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
+        }
+        return;
+      }
+    } catch (const std::exception&) {
+      // fall through to the meta kernel
+    }
   }
   try {
     torch::jit::Stack st;
@@ -1010,6 +1049,15 @@ void SparseUnsupported(const c10::OperatorHandle& op, torch::jit::Stack*) {
                               "use sparse=False");
 }
 
+// native_group_norm's composite accepts any dtype; eager's CPU kernel is built for floating types
+// only (complex inputs raised nothing here; issue #7, scripts/survey_complex.py).
+void GroupNormFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const at::Tensor& input = torch::jit::peek(*stack, 0, op.schema().arguments().size()).toTensor();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()), "\"GroupNormKernelImpl\" not implemented for '",
+                              c10::toString(input.scalar_type()), "'");
+  at::functionalization::functionalize_op_helper(op, stack);
+}
+
 void RegisterKernels() {
   static torch::Library* lib = nullptr;
   if (lib) return;
@@ -1079,7 +1127,9 @@ void RegisterKernels() {
     std::string full(name), base = full.substr(0, full.find('.'));
     std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
     if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {
-      lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
+      lib->impl(name, full == "native_group_norm"
+                          ? torch::CppFunction::makeFromBoxedFunction<&GroupNormFunctionalized>()
+                          : torch::CppFunction::makeFromBoxedFunction<&at::functionalization::functionalize_op_helper>());
     }
   }
   // CompositeExplicitAutograd kernels that call a CPU-only DispatchStub (eager CUDA has its own), and

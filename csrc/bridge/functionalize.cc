@@ -277,7 +277,7 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> BatchNormWithUpda
 
 // The same ordering bug in the other out= overloads that also write a positional argument
 // (every such aten schema was listed: the fused optimizers' out= overloads fail inside torch's
-// functionalization instead, `_amp_foreach_non_finite_check_and_unscale.out` too): `out` received
+// functionalization or mix up their results, see OutFromFirstResult below): `out` received
 // growth_tracker's new value / the noise, and the other way round.
 at::Tensor& AmpUpdateScaleOutFunctionalize(const at::Tensor& self, at::Tensor& growth_tracker,
                                            const at::Tensor& found_inf, double growth, double backoff,
@@ -311,6 +311,91 @@ std::tuple<at::Tensor&, at::Tensor&> FusedMovingAvgObsFqHelperOutFunctionalize(
   // As for _amp_update_scale.out: eager's generated out= kernel writes the outs only (the running
   // min/max, scale and zero point keep their values): matched.
   return {out0, out1};
+}
+
+// The fused optimizers' out= overloads (`_fused_{adam,adamw,sgd,adagrad}.out` / `.tensor_lr_out`)
+// and `_amp_foreach_non_finite_check_and_unscale.out`: torch's generated Functionalize kernels
+// either raise its internal assert ("mutating a non-functional tensor") or hand the results to the
+// written arguments in the wrong order (`out` received the gradients, the optimizer state the new
+// parameters). Eager's out= kernels (generated from the functional op) write `out` only, with the
+// functional op's first result, and leave every other argument as it was: done the same way here.
+class OutFromFirstResult final : public c10::OperatorKernel {
+ public:
+  explicit OutFromFirstResult(c10::OperatorHandle functional) : functional_(std::move(functional)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    c10::IValue out_arg = std::move(stack->back());
+    stack->pop_back();
+    functional_.callBoxed(stack);
+    std::vector<at::Tensor> results = std::move(stack->front()).toTensorVector();
+    stack->clear();
+    c10::List<at::Tensor> out = out_arg.toTensorList();
+    TORCH_CHECK(out.size() == results.size(), op.schema().name(), ".", op.schema().overload_name(),
+                ": out has ", out.size(), " tensors but the op gives ", results.size());
+    for (size_t i = 0; i < results.size(); ++i) {
+      at::Tensor o = out.get(i);
+      TORCH_CHECK(o.scalar_type() == results[i].scalar_type(), "Expected out tensor to have dtype ",
+                  results[i].scalar_type(), ", but got ", o.scalar_type(), " instead");
+      CopyOut(o, results[i]);
+    }
+  }
+
+ private:
+  c10::OperatorHandle functional_;
+};
+
+// Their in-place forms (`_fused_adam_`, ...) with an empty list argument (Adam without amsgrad) hit
+// the same internal assert, and `_fused_sgd_` / `_fused_adagrad_` have no meta kernel for
+// functionalization to call: computed as the functional op, whose results come in the order of the
+// written arguments, copied back into them.
+class InplaceFromFunctional final : public c10::OperatorKernel {
+ public:
+  explicit InplaceFromFunctional(c10::OperatorHandle functional) : functional_(std::move(functional)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const auto& args = op.schema().arguments();
+    std::vector<c10::IValue> written;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].alias_info() && args[i].alias_info()->isWrite()) written.push_back((*stack)[stack->size() - args.size() + i]);
+    }
+    functional_.callBoxed(stack);
+    TORCH_CHECK(stack->size() == written.size(), op.schema().name(), ": ", stack->size(), " results for ",
+                written.size(), " written arguments");
+    for (size_t i = 0; i < written.size(); ++i) {
+      std::vector<at::Tensor> results = (*stack)[i].toTensorVector();
+      c10::List<at::Tensor> dst = written[i].toTensorList();
+      TORCH_CHECK(dst.size() == results.size(), op.schema().name(), ": ", results.size(), " results for ",
+                  dst.size(), " tensors");
+      for (size_t j = 0; j < results.size(); ++j) {
+        at::Tensor d = dst.get(j);
+        at::_ops::copy_::call(d, results[j], false);
+      }
+    }
+    stack->clear();
+  }
+
+ private:
+  c10::OperatorHandle functional_;
+};
+
+void RegisterOutFromFirstResult(torch::Library& fn) {
+  const std::pair<const char*, const char*> ops[] = {
+      {"_fused_adam", "out"},   {"_fused_adam", "tensor_lr_out"},   {"_fused_adamw", "out"},
+      {"_fused_adamw", "tensor_lr_out"}, {"_fused_sgd", "out"},    {"_fused_sgd", "tensor_lr_out"},
+      {"_fused_adagrad", "out"}, {"_fused_adagrad", "tensor_lr_out"},
+      {"_amp_foreach_non_finite_check_and_unscale", "out"}};
+  for (const auto& [name, overload] : ops) {
+    std::string full = std::string("aten::") + name;
+    std::string functional_overload = std::string(overload) == "out" ? "" : "tensor_lr";
+    auto functional = c10::Dispatcher::singleton().findSchema({full, functional_overload});
+    auto out_op = c10::Dispatcher::singleton().findSchema({full, overload});
+    if (!functional || !out_op) continue;  // an op this torch does not have
+    fn.impl((std::string(name) + "." + overload).c_str(),
+            torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OutFromFirstResult>(*functional)));
+    if (std::string(name).rfind("_fused_", 0) != 0) continue;
+    auto inplace = c10::Dispatcher::singleton().findSchema({full + "_", functional_overload});
+    if (!inplace) continue;
+    fn.impl((std::string(name) + "_" + (functional_overload.empty() ? "" : "." + functional_overload)).c_str(),
+            torch::CppFunction::makeFromBoxedFunctor(std::make_unique<InplaceFromFunctional>(*functional)));
+  }
 }
 
 at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
@@ -548,6 +633,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("_amp_update_scale.out", TORCH_FN(AmpUpdateScaleOutFunctionalize));
   fn->impl("rrelu_with_noise.out", TORCH_FN(RreluWithNoiseOutFunctionalize));
   fn->impl("_fused_moving_avg_obs_fq_helper.out", TORCH_FN(FusedMovingAvgObsFqHelperOutFunctionalize));
+  RegisterOutFromFirstResult(*fn);
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =

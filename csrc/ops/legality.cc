@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ops/op_table.h"
 
@@ -92,6 +93,15 @@ Rule BitwiseInts(const std::string& kernel, bool scalar) {
     DType t = scalar ? ResultType({&a.T(0)}, {&a.S(1)}) : ResultType({&a.T(0), &a.T(1)});
     if (!scalar) BroadcastShapes(a.V(0).dims(), a.V(1).dims());  // eager checks shapes before dtypes
     if (ir::IsFloating(t)) NotImpl(kernel, t);
+  };
+}
+// Tensor-tensor ops whose eager kernel has no bool version: eager's shape error comes first
+// (TensorIterator broadcasts before the dtype dispatch; fuzz seed 16877).
+Rule BoolTensorPair(const std::string& kernel) {
+  return [=](OpArgs& a) {
+    if (ResultType({&a.T(0), &a.T(1)}) != DType::kPred) return;
+    BroadcastShapes(a.V(0).dims(), a.V(1).dims());
+    NotImpl(kernel, DType::kPred);
   };
 }
 Rule NoBool(const std::string& kernel, size_t k = 0) {
@@ -302,15 +312,11 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
          NoBool("dot")(a);
        }},
-      {"fmod.Tensor", [](OpArgs& a) {
-         if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("fmod_cpu", DType::kPred);
-       }},
+      {"fmod.Tensor", BoolTensorPair("fmod_cpu")},
       {"fmod.Scalar", [](OpArgs& a) {
          if (ResultType({&a.T(0)}, {&a.S(1)}) == DType::kPred) NotImpl("fmod_cpu", DType::kPred);
        }},
-      {"remainder.Tensor", [](OpArgs& a) {
-         if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("remainder_cpu", DType::kPred);
-       }},
+      {"remainder.Tensor", BoolTensorPair("remainder_cpu")},
       {"remainder.Scalar", [](OpArgs& a) {
          if (ResultType({&a.T(0)}, {&a.S(1)}) == DType::kPred) NotImpl("remainder_cpu", DType::kPred);
        }},
@@ -335,9 +341,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
                   "latter implementation: (input + value * tensor1 / tensor2), for all dtypes.");
          }
        }},
-      {"pow.Tensor_Tensor", [](OpArgs& a) {
-         if (ResultType({&a.T(0), &a.T(1)}) == DType::kPred) NotImpl("pow", DType::kPred);
-       }},
+      {"pow.Tensor_Tensor", BoolTensorPair("pow")},
       {"add.Tensor", IntegralAlpha(2, false)},
       {"sub.Tensor", IntegralAlpha(2, false)},
       {"add.Scalar", IntegralAlpha(2, true)},
@@ -407,17 +411,80 @@ const std::unordered_map<std::string, Rule>& Rules() {
   return *rules;
 }
 
+// Rows whose lowering is right for complex operands (checked against eager by
+// scripts/survey_complex.py over torch's OpInfos). Any other row given a complex tensor (or a
+// complex number) runs on the CPU fallback: eager's values where eager supports the dtype, eager's
+// exception where it does not. Before this list, ordering ops (max, clamp, sort, comparisons)
+// ordered complex numbers by their real part, some lowerings (cosh, lerp, addmm, norms) gave wrong
+// values, and remainder/hardtanh crashed XLA's compiler (issue #7).
+const std::unordered_set<std::string>& ComplexRows() {
+  static const auto* rows = new std::unordered_set<std::string>{
+      // data movement: no arithmetic on the values
+      "_conj_copy", "_conj_physical", "_reshape_alias_copy", "_unsafe_view", "alias_copy", "as_strided_copy",
+      "as_strided_scatter", "cat", "clone", "constant_pad_nd", "copy", "detach_copy", "diag_embed", "diagonal_copy",
+      "diagonal_scatter", "empty.memory_format", "empty_strided", "expand_copy", "fill.Scalar", "fill.Tensor", "flip",
+      "full", "gather", "index.Tensor", "_unsafe_index.Tensor", "index_copy", "index_fill.int_Scalar",
+      "index_fill.int_Tensor", "index_put", "_index_put_impl", "_unsafe_index_put", "index_select", "lift_fresh_copy",
+      "masked_fill.Scalar", "masked_fill.Tensor", "masked_scatter", "narrow_copy", "new_empty_strided", "permute_copy",
+      "put", "repeat", "roll", "select_backward", "select_copy.int", "select_scatter", "slice_backward",
+      "slice_copy.Tensor", "slice_scatter", "split_copy.Tensor", "split_with_sizes_copy", "squeeze_copy",
+      "squeeze_copy.dim", "squeeze_copy.dims", "stack", "t_copy", "take", "transpose_copy.int", "tril", "triu",
+      "unbind_copy.int", "unsqueeze_copy", "view_copy", "where.self", "zero", "scatter.src", "scatter.value",
+      "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
+      // arithmetic whose complex lowering matches eager, special values (inf, nan, signed zeros)
+      // included. Division, abs, sgn, pow and the transcendental functions do not (XLA's complex
+      // division by zero gives nan where eager gives inf, sqrt(-2.5-0j) has the other sign, abs of
+      // nan+1j is finite...): they run on the CPU.
+      "add.Scalar", "add.Tensor", "sub.Scalar", "sub.Tensor", "rsub.Scalar", "rsub.Tensor", "mul.Scalar",
+      "mul.Tensor", "neg", "eq.Scalar", "eq.Tensor", "ne.Scalar", "ne.Tensor", "isnan", "sum", "sum.dim_IntList",
+      "mean", "mean.dim", "mm", "bmm", "dot", "vdot", "cumsum", "_foreach_add.List", "_foreach_add.Scalar",
+      "_foreach_add.ScalarList", "_foreach_add.Tensor", "_foreach_sub.List", "_foreach_sub.Scalar",
+      "_foreach_sub.ScalarList", "_foreach_mul.List", "_foreach_mul.Scalar", "_foreach_mul.ScalarList",
+      "_foreach_mul.Tensor", "_foreach_neg",
+      "_foreach_zero"};
+  return *rows;
+}
+
+bool HasComplexOperand(const OpArgs& a) {
+  for (const Arg& arg : a.args) {
+    switch (arg.kind) {
+      case Arg::kTensor:
+        if (arg.t.defined() && IsComplexT(arg.t.v.dtype())) return true;
+        break;
+      case Arg::kTensorList:
+      case Arg::kOptTensorList:
+        for (const auto& t : arg.tl) {
+          if (t.defined() && IsComplexT(t.v.dtype())) return true;
+        }
+        break;
+      case Arg::kScalar:
+        if (arg.s.kind == Scalar::kComplex) return true;
+        break;
+      case Arg::kScalarList:
+        for (const auto& sc : arg.sl) {
+          if (sc.kind == Scalar::kComplex) return true;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 void WrapLegality(std::vector<OpRow>& rows) {
   const auto& rules = Rules();
+  const auto& complex_rows = ComplexRows();
   for (auto& row : rows) {
     auto it = rules.find(row.aten);
-    if (it == rules.end()) continue;
     OpFn fn = row.fn;
-    Rule rule = it->second;
-    row.fn = [fn, rule](OpArgs& a) {
-      rule(a);
+    Rule rule = it == rules.end() ? Rule() : it->second;
+    bool complex_ok = complex_rows.count(row.aten) > 0;
+    row.fn = [fn, rule, complex_ok](OpArgs& a) {
+      if (!complex_ok && HasComplexOperand(a)) throw NotLowered{};
+      if (rule) rule(a);
       return fn(a);
     };
   }
