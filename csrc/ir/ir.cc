@@ -203,9 +203,33 @@ Value BitcastConvert(const Value& x, DType t) {
   return Make(Op::kBitcastConvert, {x}, Shape(t, x.dims()));
 }
 
-Value Unary(Op op, const Value& x) {
+namespace {
+// XLA's algebraic simplifier rewrites some compositions by identities that hold for real numbers but
+// not in floating point: ln(exp(A)) => A (eager: inf once exp overflows), ln(pow(A,B)) => B*ln|A|
+// (eager: nan for a negative A), sqrt(A*A) => |A| (eager: 0 once A*A underflows),
+// exp(A)/exp(B) => exp(A-B) (eager: inf/inf = nan). Eager computes each op and rounds each result:
+// an optimization barrier on the inner value keeps XLA from seeing the composition (issue #7, fuzz
+// seed 21292). Only these rare compositions pay for it (their inner value is not fused).
+bool Produces(const Value& x, Op op) { return x.node && x.node->op == op; }
+bool IsSquare(const Value& x) {
+  return Produces(x, Op::kMul) && x.node->operands.size() == 2 && x.node->operands[0].node == x.node->operands[1].node &&
+         x.node->operands[0].index == x.node->operands[1].index;
+}
+Value Opaque(const Value& x) {
+  if (!IsFloating(x.dtype()) && !IsComplex(x.dtype())) return x;
+  return OptimizationBarrier({x})[0];
+}
+}  // namespace
+
+Value Unary(Op op, const Value& x_in) {
   // Unsigned integers: abs is the identity (StableHLO's abs rejects them).
-  if (op == Op::kAbs && IsUnsigned(x.dtype())) return x;
+  if (op == Op::kAbs && IsUnsigned(x_in.dtype())) return x_in;
+  Value x = x_in;
+  if ((op == Op::kLog && (Produces(x, Op::kExp) || Produces(x, Op::kPow) || Produces(x, Op::kSqrt) ||
+                          Produces(x, Op::kRsqrt))) ||
+      ((op == Op::kSqrt || op == Op::kRsqrt) && (IsSquare(x) || Produces(x, Op::kPow)))) {
+    x = Opaque(x);
+  }
   Shape s = x.shape();
   if (op == Op::kIsFinite) s.dtype = DType::kPred;
   if (op == Op::kReal || op == Op::kImag || (op == Op::kAbs && IsComplex(x.dtype()))) {
@@ -216,6 +240,12 @@ Value Unary(Op op, const Value& x) {
 
 Value Binary(Op op, const Value& a, const Value& b) {
   CheckSameShape(OpName(op), a, b);
+  if ((op == Op::kMul || op == Op::kDiv) && Produces(a, Op::kExp) && Produces(b, Op::kExp)) {
+    return Make(op, {a, Opaque(b)}, a.shape());  // exp(A)*exp(B) => exp(A+B) (see Opaque)
+  }
+  if (op == Op::kPow && (Produces(a, Op::kExp) || Produces(a, Op::kPow) || IsSquare(a))) {
+    return Make(op, {Opaque(a), b}, a.shape());  // pow(exp(A),B) => exp(A*B), pow(A*A,0.5) => |A|
+  }
   return Make(op, {a, b}, a.shape());
 }
 

@@ -342,6 +342,9 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
        }},
       {"pow.Tensor_Tensor", BoolTensorPair("pow")},
+      {"pow.Scalar", [](OpArgs& a) {  // `True ** bool_tensor` (fuzz seed 21022)
+         if (ResultType({&a.T(1)}, {&a.S(0)}) == DType::kPred) NotImpl("pow", DType::kPred);
+       }},
       {"add.Tensor", IntegralAlpha(2, false)},
       {"sub.Tensor", IntegralAlpha(2, false)},
       {"add.Scalar", IntegralAlpha(2, true)},

@@ -172,7 +172,9 @@ void AddMathRows(std::vector<OpRow>& rows) {
     if (x.dtype() == DType::kPred) return {x};
     if (ir::IsUnsigned(x.dtype())) return {Cast(ir::Compare(CompareDir::kNE, x, C(0, x)), x.dtype())};
     if (!ir::IsFloating(x.dtype())) return {Sign(x)};
-    return {ir::Select(IsNan(x), C(0, x), Sign(x))};  // eager's sign of NaN is 0
+    // eager's sgn of NaN and of -0.0 is +0 (stablehlo.sign keeps -0.0; fuzz seed 20708)
+    return {ir::Select(ir::Compare(CompareDir::kGT, x, C(0, x)), C(1, x),
+                       ir::Select(ir::Compare(CompareDir::kLT, x, C(0, x)), C(-1, x), C(0, x)))};
   }});
   for (bool is_max : {true, false}) {
     rows.push_back({is_max ? "fmax" : "fmin", [is_max](OpArgs& a) -> V {
