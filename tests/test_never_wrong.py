@@ -1,6 +1,7 @@
 """Issue #7 regressions: each case once gave a silently wrong answer, accepted an invalid program,
 lost data or hung. Every result is compared with eager CPU (values, NaN positions, signed zeros,
 dtypes, shapes) and every error with eager's exception type."""
+import math
 import os
 import subprocess
 import sys
@@ -1190,3 +1191,34 @@ def test_compositions_are_not_rewritten_by_real_identities(name):
     want = fn(x, y)
     got = fn(x.to(DEV), y.to(DEV)).cpu()
     torch.testing.assert_close(got, want, equal_nan=True)
+
+
+SIGNED_ZERO = {  # eager's choice at ties decides the sign of a zero result
+    "maximum": lambda a, b: torch.maximum(a, b),
+    "minimum": lambda a, b: torch.minimum(a, b),
+    "fmax": lambda a, b: torch.fmax(a, b),
+    "fmin": lambda a, b: torch.fmin(a, b),
+    "clamp_min_tensor": lambda a, b: torch.clamp_min(a, b),
+    "clamp_tensor": lambda a, b: torch.clamp(a, b, b + 1),
+    "relu": lambda a, b: torch.relu(a),
+    "relu6": lambda a, b: F.relu6(a),
+    "hardtanh": lambda a, b: F.hardtanh(a, -0.0, 0.0),
+    "clamp_scalar": lambda a, b: torch.clamp(a, -0.0, 0.0),
+    "clamp_min_scalar": lambda a, b: torch.clamp_min(a, 0.0),
+    "clamp_max_scalar": lambda a, b: torch.clamp_max(a, -0.0),
+    "softshrink": lambda a, b: F.softshrink(a),
+    "asinh": lambda a, b: torch.asinh(a),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNED_ZERO))
+def test_signed_zeros_and_nans_as_eager(name):
+    """maximum/minimum give their second operand at ties and the scalar clamps (relu, hardtanh) keep
+    x, as eager's kernels: maximum(-0.0, 0.0) is +0.0 and relu(-0.0) is -0.0 (stablehlo.maximum gave
+    the other zero); fmax keeps its first operand; softshrink(-0.0) and asinh(-0.0) as eager."""
+    vals = torch.tensor([-0.0, 0.0, 1.0, -1.0, 6.0, -6.0, math.inf, -math.inf, math.nan])
+    a, b = vals.repeat_interleave(len(vals)), vals.repeat(len(vals))
+    want = SIGNED_ZERO[name](a, b)
+    got = SIGNED_ZERO[name](a.to(DEV), b.to(DEV)).cpu()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert torch.equal(torch.signbit(got) & ~got.isnan(), torch.signbit(want) & ~want.isnan())

@@ -281,6 +281,18 @@ def test_fused_moving_avg_obs_fq_helper_out_as_eager():
         torch.testing.assert_close(b, a, rtol=0, atol=0)
 
 
+def _pair(v, d):
+    return [torch.full((2, 3), float(v), device=d), torch.full((4,), float(v) + 1, device=d)]
+
+
+def _assert_same(res):
+    """res: {"cpu": [tensors], "xla:0": [tensors]}: same count, shapes, dtypes and values."""
+    assert len(res["cpu"]) == len(res[str(DEV)])
+    for x, y in zip(res["cpu"], res[str(DEV)]):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        torch.testing.assert_close(y, x)
+
+
 def _fused_calls():
     """(name, overload, args builder, kwargs builder) for every fused optimizer out= overload."""
     calls = []
@@ -310,19 +322,13 @@ def test_fused_optimizer_out_writes_out_only_as_eager(case):
     writes `out` (the new parameters) and leaves every argument as it was: matched."""
     name, ov, args, kwargs = case
 
-    def L(v, d):
-        return [torch.full((2, 3), float(v), device=d), torch.full((4,), float(v) + 1, device=d)]
-
     res = {}
     for dev in ("cpu", DEV):
-        a = args(dev, L)
+        a = args(dev, _pair)
         out = [torch.empty(0, device=dev), torch.empty(4, device=dev)]
         getattr(getattr(torch.ops.aten, name), ov)(*a, **kwargs(dev), out=out)
         res[str(dev)] = [o.cpu() for o in out] + [t.cpu() for lst in a for t in lst]
-    assert len(res["cpu"]) == len(res[str(DEV)])
-    for x, y in zip(res["cpu"], res[str(DEV)]):
-        assert x.shape == y.shape and x.dtype == y.dtype
-        torch.testing.assert_close(y, x)
+    _assert_same(res)
 
 
 def test_fused_optimizer_out_dtype_error_as_eager():
@@ -345,9 +351,7 @@ def test_amp_foreach_unscale_out_writes_out_only_as_eager():
         out = [torch.empty(3, device=dev), torch.empty(0, device=dev)]
         torch.ops.aten._amp_foreach_non_finite_check_and_unscale.out(g, fi, torch.tensor(0.5, device=dev), out=out)
         res[str(dev)] = [o.cpu() for o in out] + [t.cpu() for t in g] + [fi.cpu()]
-    for x, y in zip(res["cpu"], res[str(DEV)]):
-        assert x.shape == y.shape and x.dtype == y.dtype
-        torch.testing.assert_close(y, x)
+    _assert_same(res)
 
 
 @pytest.mark.parametrize("case", _fused_calls(), ids=lambda c: f"{c[0]}_.{c[1]}")
@@ -356,15 +360,10 @@ def test_fused_optimizer_inplace_as_eager(case):
     torch's functionalization assert, `_fused_sgd_`/`_fused_adagrad_` had no meta kernel."""
     name, ov, args, kwargs = case
 
-    def L(v, d):
-        return [torch.full((2, 3), float(v), device=d), torch.full((4,), float(v) + 1, device=d)]
-
     res = {}
     for dev in ("cpu", DEV):
-        a = args(dev, L)
+        a = args(dev, _pair)
         op = getattr(torch.ops.aten, name + "_")
         (op.default if ov == "out" else op.tensor_lr)(*a, **kwargs(dev))
         res[str(dev)] = [t.cpu() for lst in a for t in lst]
-    for x, y in zip(res["cpu"], res[str(DEV)]):
-        assert x.shape == y.shape and x.dtype == y.dtype
-        torch.testing.assert_close(y, x)
+    _assert_same(res)

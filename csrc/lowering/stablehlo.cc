@@ -278,13 +278,28 @@ class Emitter {
            nb + ", " + b + ", " + t1 + ") : (" + pty + ", " + ty + ", " + ty + ") -> " + ty + "\n";
   }
 
+  // Elementwise max/min exactly as eager's CPU kernels: max(a, b) = a > b ? a : b, NaN if either
+  // is NaN. Ties give b, which decides the sign of a zero: maximum(-0.0, 0.0) and relu(-0.0) are
+  // +0.0 in eager, and stablehlo.maximum returned -0.0.
   void EmitNanMinMax(const Node& n) {
     const Shape& out = n.shapes[0];
     Shape pred(DType::kPred, out.dims);
     std::string res = Fresh();
     names_[&n] = res;
-    body_ << NanMinMaxLines("    ", res, n.op == Op::kMax ? "stablehlo.maximum" : "stablehlo.minimum",
-                            Name(n.operands[0]), Name(n.operands[1]), T(out), T(pred));
+    std::string a = Name(n.operands[0]), b = Name(n.operands[1]), ty = T(out), pty = T(pred);
+    std::string gt = "%r" + std::to_string(next_++), pick = "%r" + std::to_string(next_++);
+    std::string na = "%r" + std::to_string(next_++);
+    auto cmp = [&](const std::string& r, const std::string& x, const std::string& y, const char* dir) {
+      return "    " + r + " = \"stablehlo.compare\"(" + x + ", " + y +
+             ") {comparison_direction = #stablehlo<comparison_direction " + dir +
+             ">, compare_type = #stablehlo<comparison_type FLOAT>} : (" + ty + ", " + ty + ") -> " + pty + "\n";
+    };
+    auto sel = [&](const std::string& r, const std::string& p, const std::string& x, const std::string& y) {
+      return "    " + r + " = \"stablehlo.select\"(" + p + ", " + x + ", " + y + ") : (" + pty + ", " + ty + ", " +
+             ty + ") -> " + ty + "\n";
+    };
+    body_ << cmp(gt, a, b, n.op == Op::kMax ? "GT" : "LT") << sel(pick, gt, a, b) << cmp(na, a, a, "NE")
+          << sel(res, na, a, pick);
   }
 
   // The region of a reduction of kind k over scalars of type t (NaN-propagating max/min for floats).

@@ -316,7 +316,7 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   rows.push_back({"relu", [](OpArgs& a) -> V {
     Value x = a.V(0);
     if (x.dtype() == DType::kPred) a.Fail("\"clamp_min_scalar_cpu\" not implemented for 'Bool'");
-    return {ir::Binary(Op::kMax, x, ir::Full(0, x.shape()))};
+    return {ir::Binary(Op::kMax, ir::Full(0, x.shape()), x)};  // ties give x: relu(-0.0) = -0.0
   }});
   rows.push_back({"gelu", [](OpArgs& a) -> V {
     // f16/bf16 in f32, rounded once, as eager (1 + erf(x) cancels in the tail otherwise)
@@ -392,8 +392,9 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     if (hi) ss.push_back(&*hi);
     DType t = ResultType({&a.T(0)}, ss);
     Value x = Cast(a.V(0), t);
-    if (lo) x = Bin(Op::kMax, x, ScalarV(*lo, t, a.device));
-    if (hi) x = Bin(Op::kMin, x, ScalarV(*hi, t, a.device));
+    // Max/min give their second operand at ties (eager's maximum); eager's scalar clamp keeps x.
+    if (lo) x = Bin(Op::kMax, ScalarV(*lo, t, a.device), x);
+    if (hi) x = Bin(Op::kMin, ScalarV(*hi, t, a.device), x);
     return {x};
   }});
   rows.push_back({"clamp.Tensor", [](OpArgs& a) -> V {
@@ -408,11 +409,11 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"clamp_min", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0)}, {&a.S(1)});
-    return {Bin(Op::kMax, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
+    return {Bin(Op::kMax, ScalarV(a.S(1), t, a.device), Cast(a.V(0), t))};  // ties keep x (see clamp)
   }});
   rows.push_back({"clamp_max", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0)}, {&a.S(1)});
-    return {Bin(Op::kMin, Cast(a.V(0), t), ScalarV(a.S(1), t, a.device))};
+    return {Bin(Op::kMin, ScalarV(a.S(1), t, a.device), Cast(a.V(0), t))};
   }});
   rows.push_back({"clamp_min.Tensor", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)});

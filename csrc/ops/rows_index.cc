@@ -1070,7 +1070,8 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"hardtanh", [](OpArgs& a) -> V {
     Value x = a.V(0);
-    return {Bin(Op::kMin, Bin(Op::kMax, x, ScalarV(a.S(1), x.dtype(), a.device)), ScalarV(a.S(2), x.dtype(), a.device))};
+    // ties keep x, as eager's clamp (see clamp in rows_elementwise.cc)
+    return {Bin(Op::kMin, ScalarV(a.S(2), x.dtype(), a.device), Bin(Op::kMax, ScalarV(a.S(1), x.dtype(), a.device), x))};
   }});
   rows.push_back({"leaky_relu", [](OpArgs& a) -> V {
     Value x = a.V(0);

@@ -91,7 +91,8 @@ Value Asinh(const Value& x) {
   Value moderate = Log1p(Add(ax, Div(x2, Add(C(1, x), Sqrt(Add(C(1, x), x2))))));
   Value huge = Add(Log(ax), C(kLn2, x));  // x^2 would overflow
   Value r = ir::Select(Gt(ax, C(1e15, x)), huge, moderate);
-  return ir::Select(Lt(x, C(0, x)), ir::Unary(Op::kNeg, r), r);
+  r = ir::Select(Lt(x, C(0, x)), ir::Unary(Op::kNeg, r), r);
+  return ir::Select(Eq(x, C(0, x)), x, r);  // asinh(-0.0) = -0.0
 }
 Value Acosh(const Value& x) {
   Value t = Sub(x, C(1, x));
@@ -106,7 +107,7 @@ Value Atanh(const Value& x) { return Mul(C(0.5, x), Sub(Log1p(x), Log1p(ir::Unar
 // Eager's fmax/fmin: NaN only when both are NaN.
 Value FMaxMin(const Value& a, const Value& b, bool is_max) {
   if (!ir::IsFloating(a.dtype())) return is_max ? Max(a, b) : Min(a, b);
-  Value m = is_max ? Max(a, b) : Min(a, b);
+  Value m = is_max ? Max(b, a) : Min(b, a);  // ties give a, as eager's fmax(-0.0, 0.0) = -0.0
   return ir::Select(IsNan(a), b, ir::Select(IsNan(b), a, m));
 }
 
@@ -374,7 +375,8 @@ void AddMathRows(std::vector<OpRow>& rows) {
     if (!ir::IsFloating(x.dtype())) throw NotLowered{};
     double l = a.S(1).AsDouble();
     Value c = Cast(x, OpMath(x.dtype()));
-    Value r = ir::Select(Gt(c, C(l, c)), Sub(c, C(l, c)), ir::Select(Lt(c, C(-l, c)), Add(c, C(l, c)), Mul(c, C(0, c))));
+    Value r = ir::Select(Gt(c, C(l, c)), Sub(c, C(l, c)), ir::Select(Lt(c, C(-l, c)), Add(c, C(l, c)),
+                                                                       ir::Select(IsNan(c), c, C(0, c))));
     return {Cast(r, x.dtype())};
   }});
   rows.push_back({"elu", [](OpArgs& a) -> V {
