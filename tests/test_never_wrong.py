@@ -1152,6 +1152,9 @@ def test_pointwise_results_keep_eager_layout(dtype):
         "contiguous": lambda t: t.contiguous(),
         "clone_preserve": lambda t: t.clone(),
         "add": lambda t: t + t.contiguous(),
+        "masked_fill": lambda t: t.masked_fill(t.contiguous() > 0, 1),  # eager: contiguous
+        "add_expanded": lambda t: t.contiguous() + t[:1].expand(3, 2),
+        "where_broadcast": lambda t: torch.where(t[:, :1] > 0, t[:1], t.contiguous()),
     }
     for name, fn in ops.items():
         res = []
@@ -1222,3 +1225,56 @@ def test_signed_zeros_and_nans_as_eager(name):
     got = SIGNED_ZERO[name](a.to(DEV), b.to(DEV)).cpu()
     torch.testing.assert_close(got, want, equal_nan=True)
     assert torch.equal(torch.signbit(got) & ~got.isnan(), torch.signbit(want) & ~want.isnan())
+
+
+COPY_OF_VIEW = {
+    "expand_copy": lambda x: torch.expand_copy(x[:1], (3, 4)),
+    "permute_copy": lambda x: torch.permute_copy(x, (1, 0)),
+    "diagonal_copy": lambda x: torch.diagonal_copy(x),
+    "unsqueeze_copy": lambda x: torch.unsqueeze_copy(x.t(), 1),
+    "narrow_copy": lambda x: torch.narrow_copy(x, 1, 1, 2),
+    "split_copy": lambda x: torch.split_copy(x.t(), 2)[1],
+    "unbind_copy": lambda x: torch.unbind_copy(x.t())[1],
+    "permute_view": lambda x: x.permute(1, 0),
+    "expand_view": lambda x: x[:1].expand(3, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COPY_OF_VIEW))
+def test_copy_of_view_ops_return_contiguous_tensors_as_eager(name):
+    """torch.permute_copy & co. return new contiguous tensors in eager; here they reported the view's
+    strides, so a reshape of the result copied instead of viewing and writes through it were lost
+    (or .view() refused). The view ops themselves keep their strides."""
+    res = []
+    for dev in ("cpu", DEV):
+        x = torch.arange(12.0).reshape(3, 4).to(dev)
+        y = COPY_OF_VIEW[name](x)
+        r = y.reshape(-1)
+        r.add_(100)
+        res.append((y.stride(), y.cpu(), x.cpu()))
+    (es, ey, ex), (xs, xy, xx) = res
+    assert xs == es
+    assert torch.equal(xy, ey) and torch.equal(xx, ex)
+
+
+def test_batch_norm_output_layout_as_eager():
+    """Eager's CPU batch norm writes its output in the input's suggested memory format: contiguous for
+    a permuted input (the meta kernel's input-like strides were used here), channels-last kept."""
+    x = torch.randn(3, 2, 3, 4)
+    for xx in (x.transpose(0, 1).contiguous().transpose(0, 1), x.contiguous(memory_format=torch.channels_last),
+               x.transpose(2, 3).contiguous().transpose(2, 3)):
+        res = []
+        for dev in ("cpu", DEV):
+            xd = xx.to(dev)
+            rm, rv = torch.zeros(2, device=dev), torch.ones(2, device=dev)
+            outs = [torch.native_batch_norm(xd, None, None, rm, rv, True, 0.1, 1e-5)[0],
+                    F.batch_norm(xd, rm, rv, training=False), F.batch_norm(xd, rm, rv, training=True)]
+            if xx.is_contiguous(memory_format=torch.channels_last):  # eager's kernel takes no other layout
+                outs.append(torch.native_group_norm(xd, None, None, 3, 2, 12, 2, 1e-5)[0])
+            res.append([(o.stride(), o.cpu()) for o in outs])
+        for (es, ev), (xs, xv) in zip(*res):
+            assert xs == es
+            torch.testing.assert_close(xv, ev, rtol=1e-4, atol=1e-5)
+    y = torch.randn(2, 3, 4, 5)
+    assert y.to(DEV).to("cpu", memory_format=torch.channels_last).stride() == y.contiguous(
+        memory_format=torch.channels_last).stride()

@@ -182,6 +182,13 @@ void SetEagerLayout(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef 
   inner.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
 }
 
+void SetLayout(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides) {
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+  if (at::functionalization::impl::isFunctionalTensor(t)) {
+    at::functionalization::impl::from_functional_tensor(t).unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+  }
+}
+
 void ExpectInplaceResultLayout(const at::Tensor& self) {
   pending_layout.set = true;
   pending_layout.sizes = self.sizes().vec();
@@ -209,22 +216,38 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // take the result's strides from there. Contiguous inputs (the common case) cost nothing.
 void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs,
                         const std::vector<c10::IValue>& results) {
-  bool candidate = false;
+  bool candidate = false, any_strided = false;
   for (const auto& v : ivs) {
     if (!v.isTensor()) continue;
     const at::Tensor& t = v.toTensor();
-    if (!t.defined() || t.dim() < 2 || t.is_contiguous() || !t.is_non_overlapping_and_dense()) continue;
+    if (!t.defined() || t.dim() < 2 || t.is_contiguous()) continue;
+    any_strided = true;  // broadcast (expanded) inputs too: TensorIterator weighs them
+    if (!t.is_non_overlapping_and_dense()) continue;
     for (const auto& r : results) {
       if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
     }
   }
-  if (!candidate) return;
+  if (!any_strided) return;
   const auto& rets = op.schema().returns();
   for (const auto& ret : rets) {
     if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
   }
-  bool pointwise = op.hasTag(at::Tag::pointwise) || op.schema().name() == "aten::floor_divide" ||
-                   op.schema().name() == "aten::complex" || op.schema().name() == "aten::polar";
+  const std::string& name = op.schema().name();
+  if (name.find("batch_norm") != std::string::npos && name.find("backward") == std::string::npos && !ivs.empty() &&
+      ivs[0].isTensor() && !results.empty() && results[0].isTensor()) {
+    // Eager's CPU batch norm writes its output in the input's suggested memory format (channels-last
+    // or contiguous), not in the input's strides as its meta kernel does.
+    const at::Tensor& in = ivs[0].toTensor();
+    const at::Tensor& out = results[0].toTensor();
+    if (in.defined() && out.defined() && out.sizes().equals(in.sizes()) &&
+        dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) {
+      at::Tensor probe = at::empty(in.sizes(), at::TensorOptions().device(at::kMeta).memory_format(in.suggest_memory_format()));
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(probe.sizes(), probe.strides());
+    }
+    return;
+  }
+  // masked_fill is tagged pointwise but eager's kernel clones its input contiguous first.
+  bool pointwise = (op.hasTag(at::Tag::pointwise) || name == "aten::floor_divide") && name != "aten::masked_fill";
   for (const auto& arg : op.schema().arguments()) {
     if (arg.name() == "memory_format") pointwise = false;  // clone: its memory_format decides (meta below)
   }
@@ -261,6 +284,7 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
       // fall through to the meta kernel
     }
   }
+  if (!candidate) return;
   try {
     torch::jit::Stack st;
     for (const auto& v : ivs) {
@@ -522,11 +546,7 @@ class RowKernel : public c10::OperatorKernel {
     if (size.size() != stride.size()) return;
     at::Tensor probe = at::empty_strided(size, stride, at::TensorOptions().device(at::kMeta));
     if (probe.is_contiguous() || !probe.is_non_overlapping_and_dense()) return;
-    at::Tensor out = results[0].toTensor();
-    out.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
-    if (at::functionalization::impl::isFunctionalTensor(out)) {
-      at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
-    }
+    SetLayout(results[0].toTensor(), size, stride);
   }
 
   // Eager mode: materialize what this op produced (compiled once per op signature, cached).
@@ -852,11 +872,7 @@ void ApplyToCopyLayout(const at::Tensor& out, const at::Tensor& self, std::optio
     return;  // a format that does not fit the rank: eager's own call raises, the layout stays contiguous
   }
   if (probe.is_contiguous()) return;
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(probe.sizes(), probe.strides());
-  if (at::functionalization::impl::isFunctionalTensor(out)) {
-    at::functionalization::impl::from_functional_tensor(out).unsafeGetTensorImpl()->set_sizes_and_strides(
-        probe.sizes(), probe.strides());
-  }
+  SetLayout(out, probe.sizes(), probe.strides());
 }
 
 at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
@@ -875,7 +891,11 @@ at::Tensor ToCopy(const at::Tensor& self, std::optional<at::ScalarType> dtype, s
     return out;
   }
   if (device && device->type() != c10::DeviceType::XLA) {
+    // Downloads are contiguous (as upstream PyTorch/XLA's .cpu()); an explicit memory_format is honoured.
     at::Tensor cpu = ToCpu(x);
+    if (memory_format && *memory_format != at::MemoryFormat::Preserve) {
+      return cpu.to(*device, st).contiguous(*memory_format);
+    }
     return cpu.to(*device, st);
   }
   int target = device && device->has_index() ? CheckedDevice(device->index()) : x->device();
@@ -1052,10 +1072,17 @@ void SparseUnsupported(const c10::OperatorHandle& op, torch::jit::Stack*) {
 // native_group_norm's composite accepts any dtype; eager's CPU kernel is built for floating types
 // only (complex inputs raised nothing here; issue #7, scripts/survey_complex.py).
 void GroupNormFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const at::Tensor& input = torch::jit::peek(*stack, 0, op.schema().arguments().size()).toTensor();
+  at::Tensor input = torch::jit::peek(*stack, 0, op.schema().arguments().size()).toTensor();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()), "\"GroupNormKernelImpl\" not implemented for '",
                               c10::toString(input.scalar_type()), "'");
+  at::MemoryFormat mf = input.suggest_memory_format();
   at::functionalization::functionalize_op_helper(op, stack);
+  // eager's output is in the input's suggested memory format (channels-last stays channels-last)
+  const at::Tensor& out = torch::jit::peek(*stack, 0, op.schema().returns().size()).toTensor();
+  if (mf != at::MemoryFormat::Contiguous && out.defined()) {
+    at::Tensor probe = at::empty(out.sizes(), at::TensorOptions().device(at::kMeta).memory_format(mf));
+    SetLayout(out, probe.sizes(), probe.strides());
+  }
 }
 
 void RegisterKernels() {

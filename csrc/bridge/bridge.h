@@ -65,6 +65,8 @@ void ClearInplaceResultLayout();
 void ApplyInplaceResultLayout(c10::ArrayRef<c10::IValue> results);
 // Give an (inner) XLA tensor eager's sizes, strides and offset, if its sizes are these.
 void SetEagerLayout(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset);
+// Set a tensor's sizes and strides, and its functional inner value's.
+void SetLayout(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides);
 // The op-table rows registered with the dispatcher in this torch release (by their own names).
 std::vector<std::string> RegisteredRows();
 

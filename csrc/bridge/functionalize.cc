@@ -27,6 +27,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
+#include <c10/util/strides.h>
 
 #include <algorithm>
 #include <map>
@@ -398,6 +399,54 @@ void RegisterOutFromFirstResult(torch::Library& fn) {
   }
 }
 
+// Direct calls of the view ops' *_copy forms (torch.permute_copy, torch.expand_copy, ...): eager
+// returns new contiguous tensors. Our rows give them the view's strides, which is right when
+// functionalization lowers a view to them (below this key); a direct call reaches this key first, so
+// its results are made contiguous here. Otherwise `.view()` refused (or reshape copied) where eager
+// views, and writes through the reshape missed the result.
+void CopyOfViewFunctionalize(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  size_t nargs = op.schema().arguments().size(), nret = op.schema().returns().size();
+  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !fimpl::isFunctionalTensor(v.toTensor())) continue;
+    at::Tensor t = v.toTensor();
+    fimpl::sync(t);
+    v = fimpl::from_functional_tensor(t);
+  }
+  {
+    at::AutoDispatchSkipFunctionalize guard;
+    op.callBoxed(stack);
+  }
+  auto wrap = [](const at::Tensor& t) {
+    if (!t.defined()) return t;
+    if (!t.is_contiguous()) t.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), c10::contiguous_strides(t.sizes()));
+    return fimpl::to_functional_tensor(t);
+  };
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = wrap(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> l = v.toTensorList();
+      for (size_t j = 0; j < l.size(); ++j) l.set(j, wrap(l.get(j)));
+      v = l;
+    }
+  }
+}
+
+void RegisterCopyOfViewKernels(torch::Library& fn) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    const std::string& n = name.name;
+    if (n.rfind("aten::", 0) != 0 || n.size() < 11 || n.compare(n.size() - 5, 5, "_copy") != 0) continue;
+    if (name.overload_name.find("out") != std::string::npos) continue;
+    auto view = dispatcher.findSchema({n.substr(0, n.size() - 5), name.overload_name});
+    if (!view || view->schema().returns().empty() || !view->schema().returns()[0].alias_info()) continue;
+    std::string key = n.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    fn.impl(key.c_str(), torch::CppFunction::makeFromBoxedFunction<&CopyOfViewFunctionalize>());
+  }
+}
+
 at::Tensor UnfoldFunctionalize(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
   return FunctionalView(
       self,
@@ -634,6 +683,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("rrelu_with_noise.out", TORCH_FN(RreluWithNoiseOutFunctionalize));
   fn->impl("_fused_moving_avg_obs_fq_helper.out", TORCH_FN(FusedMovingAvgObsFqHelperOutFunctionalize));
   RegisterOutFromFirstResult(*fn);
+  RegisterCopyOfViewKernels(*fn);
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =
