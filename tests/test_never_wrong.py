@@ -1209,7 +1209,6 @@ SIGNED_ZERO = {  # eager's choice at ties decides the sign of a zero result
     "clamp_scalar": lambda a, b: torch.clamp(a, -0.0, 0.0),
     "clamp_min_scalar": lambda a, b: torch.clamp_min(a, 0.0),
     "clamp_max_scalar": lambda a, b: torch.clamp_max(a, -0.0),
-    "softshrink": lambda a, b: F.softshrink(a),
     "asinh": lambda a, b: torch.asinh(a),
 }
 
@@ -1218,7 +1217,7 @@ SIGNED_ZERO = {  # eager's choice at ties decides the sign of a zero result
 def test_signed_zeros_and_nans_as_eager(name):
     """maximum/minimum give their second operand at ties and the scalar clamps (relu, hardtanh) keep
     x, as eager's kernels: maximum(-0.0, 0.0) is +0.0 and relu(-0.0) is -0.0 (stablehlo.maximum gave
-    the other zero); fmax keeps its first operand; softshrink(-0.0) and asinh(-0.0) as eager."""
+    the other zero); fmax keeps its first operand; asinh(-0.0) as eager."""
     vals = torch.tensor([-0.0, 0.0, 1.0, -1.0, 6.0, -6.0, math.inf, -math.inf, math.nan])
     a, b = vals.repeat_interleave(len(vals)), vals.repeat(len(vals))
     want = SIGNED_ZERO[name](a, b)
@@ -1278,3 +1277,16 @@ def test_batch_norm_output_layout_as_eager():
     y = torch.randn(2, 3, 4, 5)
     assert y.to(DEV).to("cpu", memory_format=torch.channels_last).stride() == y.contiguous(
         memory_format=torch.channels_last).stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_signed_zeros_in_reduced_precision_as_eager(dtype):
+    """Eager's reduced-precision kernels choose differently at ties: bfloat16 fmax gives its second
+    operand."""
+    vals = torch.tensor([-0.0, 0.0, 1.0, -1.0, math.inf, math.nan], dtype=dtype)
+    a, b = vals.repeat_interleave(len(vals)), vals.repeat(len(vals))
+    for name in ("maximum", "minimum", "fmax", "fmin", "relu", "clamp_scalar"):
+        want = SIGNED_ZERO[name](a, b)
+        got = SIGNED_ZERO[name](a.to(DEV), b.to(DEV)).cpu()
+        torch.testing.assert_close(got, want, equal_nan=True)
+        assert torch.equal(torch.signbit(got) & ~got.isnan(), torch.signbit(want) & ~want.isnan()), name

@@ -107,7 +107,9 @@ Value Atanh(const Value& x) { return Mul(C(0.5, x), Sub(Log1p(x), Log1p(ir::Unar
 // Eager's fmax/fmin: NaN only when both are NaN.
 Value FMaxMin(const Value& a, const Value& b, bool is_max) {
   if (!ir::IsFloating(a.dtype())) return is_max ? Max(a, b) : Min(a, b);
-  Value m = is_max ? Max(b, a) : Min(b, a);  // ties give a, as eager's fmax(-0.0, 0.0) = -0.0
+  // Ties (-0.0 vs 0.0) give a, as eager's fmax(-0.0, 0.0) = -0.0, except in bfloat16, whose kernel gives b.
+  bool tie_b = a.dtype() == DType::kBF16;
+  Value m = is_max ? (tie_b ? Max(a, b) : Max(b, a)) : (tie_b ? Min(a, b) : Min(b, a));
   return ir::Select(IsNan(a), b, ir::Select(IsNan(b), a, m));
 }
 
@@ -375,8 +377,9 @@ void AddMathRows(std::vector<OpRow>& rows) {
     if (!ir::IsFloating(x.dtype())) throw NotLowered{};
     double l = a.S(1).AsDouble();
     Value c = Cast(x, OpMath(x.dtype()));
-    Value r = ir::Select(Gt(c, C(l, c)), Sub(c, C(l, c)), ir::Select(Lt(c, C(-l, c)), Add(c, C(l, c)),
-                                                                       ir::Select(IsNan(c), c, C(0, c))));
+    // x * 0 keeps NaN and the sign of -0.0 (eager's scalar loop; its vectorized body gives +0.0, so
+    // eager's sign of softshrink(-0.0) depends on the element's position)
+    Value r = ir::Select(Gt(c, C(l, c)), Sub(c, C(l, c)), ir::Select(Lt(c, C(-l, c)), Add(c, C(l, c)), Mul(c, C(0, c))));
     return {Cast(r, x.dtype())};
   }});
   rows.push_back({"elu", [](OpArgs& a) -> V {
