@@ -1290,3 +1290,28 @@ def test_signed_zeros_in_reduced_precision_as_eager(dtype):
         got = SIGNED_ZERO[name](a.to(DEV), b.to(DEV)).cpu()
         torch.testing.assert_close(got, want, equal_nan=True)
         assert torch.equal(torch.signbit(got) & ~got.isnan(), torch.signbit(want) & ~want.isnan()), name
+
+
+INTEGER_REFUSED = {  # eager's kernels are built for floating types only (a dtype sweep found them)
+    "hypot": lambda i, b: torch.hypot(i, i),
+    "logaddexp_bool": lambda i, b: torch.logaddexp(b, b),
+    "logaddexp": lambda i, b: torch.logaddexp(i, i.int()),
+    "leaky_relu": lambda i, b: F.leaky_relu(i),
+    "median_bool": lambda i, b: torch.median(b),
+    "median_dim_bool": lambda i, b: torch.median(b.reshape(1, -1), 1),
+    "trace_bool": lambda i, b: torch.trace(b.reshape(2, 2)),
+    "hardtanh_bool": lambda i, b: F.hardtanh(b),
+    "hardtanh_unsigned": lambda i, b: F.hardtanh(i.abs().to(torch.uint8)),
+    "hypot_shape_first": lambda i, b: torch.hypot(i, i[:3]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_REFUSED))
+def test_integer_inputs_eager_refuses_raise_as_eager(name):
+    fn = INTEGER_REFUSED[name]
+    i, b = torch.tensor([1, -2, 3, 0]), torch.tensor([True, False, True, True])
+    with pytest.raises(Exception) as want:
+        fn(i, b)
+    with pytest.raises(type(want.value)) as got:
+        fn(i.to(DEV), b.to(DEV)).cpu()
+    assert str(want.value).split("\n")[0] in str(got.value)

@@ -104,6 +104,16 @@ Rule BoolTensorPair(const std::string& kernel) {
     NotImpl(kernel, DType::kPred);
   };
 }
+// Tensor-tensor ops whose eager kernel is built for floating types only (hypot, logaddexp): an
+// integer or bool result type raises after the shape check.
+Rule FloatPair(const std::string& kernel) {
+  return [=](OpArgs& a) {
+    DType t = ResultType({&a.T(0), &a.T(1)});
+    if (!ir::IsIntegral(t, true)) return;
+    BroadcastShapes(a.V(0).dims(), a.V(1).dims());
+    NotImpl(kernel, t);
+  };
+}
 Rule NoBool(const std::string& kernel, size_t k = 0) {
   return [=](OpArgs& a) {
     if (!a.IsNone(k) && a.V(k).dtype() == DType::kPred) NotImpl(kernel, DType::kPred);
@@ -342,6 +352,19 @@ const std::unordered_map<std::string, Rule>& Rules() {
          }
        }},
       {"pow.Tensor_Tensor", BoolTensorPair("pow")},
+      {"hypot", FloatPair("hypot_cpu")},
+      {"leaky_relu", FloatKernel("leaky_relu_cpu", 0, false)},
+      {"median", NoBool("median_cpu")},
+      {"median.dim", NoBool("median_out")},
+      {"trace", NoBool("trace")},
+      {"hardtanh", [](OpArgs& a) {
+         DType t = a.V(0).dtype();
+         if (t == DType::kPred) a.Fail("Bool inputs not supported for hardtanh");
+         if (ir::IsUnsigned(t) && (a.S(1).AsDouble() < 0 || a.S(2).AsDouble() < 0)) {
+           a.Fail("cannot do hardtanh on an unsigned type with negative limits");
+         }
+       }},
+      {"logaddexp", FloatPair("logaddexp_cpu")},
       {"pow.Scalar", [](OpArgs& a) {  // `True ** bool_tensor` (fuzz seed 21022)
          if (ResultType({&a.T(1)}, {&a.S(0)}) == DType::kPred) NotImpl("pow", DType::kPred);
        }},
