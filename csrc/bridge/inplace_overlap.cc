@@ -14,6 +14,7 @@
 // compares `self` with each tensor operand as eager's MemoryOverlap does (both dense and
 // non-overlapping, same storage, byte ranges), then does exactly what the generated kernel did.
 // Tensors of other devices pay one more call (TXLA_INPLACE_OVERLAP_CHECK=0 turns it off).
+#include <ATen/ATen.h>
 #include <ATen/Operators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -60,6 +61,29 @@ Lap OverlapStatus(const at::Tensor& a, const at::Tensor& b) {
               "memory location. Please clone() the tensor before performing the operation.");
 }
 
+// A non-dense operand sharing self's storage (eager's overlap check gives up: "too hard"): eager then
+// computes element after element and reads values it has already written wherever an element of
+// `other` is written at another position of `self`, so its result depends on its loop order (fuzz
+// seed 23413: x2 = x[:, ::3]; x2.transpose(0, 1).add_(x2)). We compute from the values before the
+// op; rather than a different answer, refuse as for an overlapping read-modify-write.
+void CheckOrderDependent(const at::Tensor& self, const at::Tensor& other) {
+  auto positions = [](const at::Tensor& t) {
+    int64_t extent = t.storage_offset() + 1;
+    for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+    return at::arange(extent, at::TensorOptions().dtype(at::kLong)).as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
+  at::Tensor ws = positions(self);
+  at::Tensor rs = positions(other).expand(self.sizes());
+  at::Tensor written = at::isin(rs, ws);
+  if ((written & rs.ne(ws)).any().item<bool>()) {
+    TORCH_CHECK(false,
+                "unsupported operation: the written-to tensor and an input of this in-place op share elements at "
+                "different positions (a non-contiguous view of the same tensor): eager applies the write element "
+                "after element, reading values it has just written, so its result depends on its kernel's iteration "
+                "order. Please clone() the input before performing the operation.");
+  }
+}
+
 // One argument of an in-place op against `self`. full: eager's assert_no_overlap (index and scatter
 // ops reject even an operand equal to self); else TensorIterator's assert_no_partial_overlap.
 template <bool Full>
@@ -68,6 +92,14 @@ void CheckArg(const at::Tensor& self, const at::Tensor& other) {
   if (!Full && other.unsafeGetTensorImpl() == self.unsafeGetTensorImpl()) return;
   Lap lap = OverlapStatus(self, other);
   if (lap == Lap::kPartial || (Full && lap == Lap::kFull)) Raise();
+  if (!Full && lap == Lap::kTooHard && other.dim() <= self.dim()) {
+    bool broadcastable = true;
+    for (int64_t i = 1; i <= other.dim() && broadcastable; ++i) {
+      int64_t o = other.size(-i), s = self.size(-i);
+      broadcastable = o == s || o == 1;
+    }
+    if (broadcastable) CheckOrderDependent(self, other);
+  }
 }
 template <bool Full>
 void CheckArg(const at::Tensor& self, const std::optional<at::Tensor>& other) {
