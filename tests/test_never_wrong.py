@@ -1331,3 +1331,19 @@ def test_inplace_op_reading_its_own_elements_at_other_positions_is_refused():
     want = torch.arange(40.0).reshape(2, 5, 4)
     want[:, ::3] *= 2
     assert torch.equal(x.cpu(), want)
+
+
+@pytest.mark.parametrize("case", ["pow_bool", "igamma_int", "igammac_int"])
+def test_inplace_dtype_refusals_keep_eager_exception_type(case):
+    """In-place ops whose eager kernel has no version for the dtypes raise NotImplementedError, not
+    the cast RuntimeError that the Python meta kernels' result dtypes led to."""
+    def run(dev):
+        b, i = torch.tensor([True, False], device=dev), torch.tensor([1, 2], device=dev)
+        if case == "pow_bool":
+            return b.pow_(b)
+        return getattr(i, case.split("_")[0] + "_")(i)
+    with pytest.raises(NotImplementedError) as want:
+        run("cpu")
+    with pytest.raises(NotImplementedError) as got:
+        run(DEV)
+    assert str(want.value).split("\n")[0] in str(got.value)

@@ -552,16 +552,42 @@ struct InplaceMeta : c10::OperatorKernel {
     }
     NoteOverlappingWrite(self);
     torch::jit::Stack st(ivs.begin(), ivs.end());
-    functional_.callBoxed(st);
-    if (!st.empty() && st[0].isTensor()) {
-      const at::Tensor& out = st[0].toTensor();
-      TORCH_CHECK(out.sizes().equals(self.sizes()), "output with shape ", self.sizes(),
-                  " doesn't match the broadcast shape ", out.sizes());
-      TORCH_CHECK(c10::canCast(out.scalar_type(), self.scalar_type()), "result type ", out.scalar_type(),
-                  " can't be cast to the desired output type ", self.scalar_type());
+    try {
+      functional_.callBoxed(st);
+      if (!st.empty() && st[0].isTensor()) {
+        const at::Tensor& out = st[0].toTensor();
+        TORCH_CHECK(out.sizes().equals(self.sizes()), "output with shape ", self.sizes(),
+                    " doesn't match the broadcast shape ", out.sizes());
+        TORCH_CHECK(c10::canCast(out.scalar_type(), self.scalar_type()), "result type ", out.scalar_type(),
+                    " can't be cast to the desired output type ", self.scalar_type());
+      }
+    } catch (const c10::Error&) {
+      RaiseEagerDtypeError(op, ivs);
+      throw;
     }
     torch::jit::drop(*stack, n);
     stack->push_back(self);
+  }
+  // The meta computation refused the call. Eager's kernel may refuse it first for its dtypes
+  // (bool pow_, integer igamma_: NotImplementedError, where the Python meta kernels computed another
+  // result type): run the in-place op on one-element CPU tensors of the same dtypes and raise eager's
+  // NotImplementedError if that is what it gives. Only on this error path.
+  static void RaiseEagerDtypeError(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs) {
+    torch::jit::Stack probe;
+    for (const auto& v : ivs) {
+      if (v.isTensor() && v.toTensor().defined()) {
+        const at::Tensor& t = v.toTensor();
+        probe.emplace_back(at::ones(std::vector<int64_t>(t.dim(), 1), at::TensorOptions().dtype(t.scalar_type())));
+      } else {
+        probe.push_back(v);
+      }
+    }
+    try {
+      op.callBoxed(probe);
+    } catch (const c10::NotImplementedError& e) {
+      throw;
+    } catch (const std::exception&) {
+    }
   }
   c10::OperatorHandle functional_;
   OverlapRule check_overlap_;
