@@ -21,6 +21,18 @@ def _no_fallback():
     assert ops == [], ops
 
 
+def _grad_matches_eager(loss, a, dtype):
+    """loss(a).backward() on the device gives eager's gradient, with no CPU fallback."""
+    xa = a.clone().requires_grad_(True)
+    loss(xa).backward()
+    xb = a.to(DEV).requires_grad_(True)
+    met.clear_counters()
+    loss(xb).backward()
+    g = xb.grad.cpu()
+    _no_fallback()
+    torch.testing.assert_close(g, xa.grad, rtol=0, atol=(5e-4 if dtype == torch.float32 else 1e-9))
+
+
 def _sym(shape, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(shape, dtype=dtype, generator=g)
@@ -116,14 +128,7 @@ def test_eigh_gradients(dtype):
         # sign-invariant in the eigenvectors: v v^T weighted, and the eigenvalues
         return (w * w0.to(x.device)).sum() + ((v * v) * w1.to(x.device)).sum() + (v[..., :, :2] @ v[..., :, :2].mT).sum()
 
-    xa = a.clone().requires_grad_(True)
-    loss(xa).backward()
-    xb = a.to(DEV).requires_grad_(True)
-    met.clear_counters()
-    loss(xb).backward()
-    g = xb.grad.cpu()
-    _no_fallback()
-    torch.testing.assert_close(g, xa.grad, rtol=0, atol=(5e-4 if dtype == torch.float32 else 1e-9))
+    _grad_matches_eager(loss, a, dtype)
 
 
 def test_eigvalsh_gradient():
@@ -212,14 +217,7 @@ def test_svd_gradients(dtype):
         # invariant under the singular vectors' signs
         return (s * ws.to(x.device)).sum() + (u @ vh).pow(2).sum() + (u[..., :1] @ vh[..., :1, :]).sum()
 
-    xa = a.clone().requires_grad_(True)
-    loss(xa).backward()
-    xb = a.to(DEV).requires_grad_(True)
-    met.clear_counters()
-    loss(xb).backward()
-    g = xb.grad.cpu()
-    _no_fallback()
-    torch.testing.assert_close(g, xa.grad, rtol=0, atol=(5e-4 if dtype == torch.float32 else 1e-9))
+    _grad_matches_eager(loss, a, dtype)
 
 
 # ------------------------------------------------------------------------- built on them

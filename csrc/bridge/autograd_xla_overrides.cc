@@ -66,20 +66,9 @@ at::Tensor& SetStorageXla(at::Tensor& self, const at::Tensor& source, c10::SymIn
 // tensors, `result = at::sum(S > tol, -1)`, which rebinds its reference to the out argument instead of
 // writing into it. Here: eager's dtype check, the functional op (which returns a fresh result), then
 // out resized and written as an out= op does.
-at::Tensor& MatrixRankOutXla(const at::Tensor& input, const std::optional<at::Tensor>& atol,
-                             const std::optional<at::Tensor>& rtol, bool hermitian, at::Tensor& out) {
-  TORCH_CHECK(input.dim() >= 2, "torch.linalg.matrix_rank: The input tensor input must have at least 2 dimensions.");
-  TORCH_CHECK(at::canCast(at::kLong, out.scalar_type()),
-              "torch.linalg.matrix_rank: Expected result to be safely castable from Long dtype, but got result with dtype ",
-              out.scalar_type());
-  at::Tensor r = at::linalg_matrix_rank(input, atol, rtol, hermitian);
-  if (out.sizes() != r.sizes()) out.resize_(r.sizes());
-  out.copy_(r);
-  return out;
-}
-
-at::Tensor& MatrixRankFloatOutXla(const at::Tensor& input, std::optional<double> atol, std::optional<double> rtol,
-                                  bool hermitian, at::Tensor& out) {
+// One kernel for both overloads (tolerances as tensors or as floats).
+template <typename Tol>
+at::Tensor& MatrixRankOutXla(const at::Tensor& input, Tol atol, Tol rtol, bool hermitian, at::Tensor& out) {
   TORCH_CHECK(input.dim() >= 2, "torch.linalg.matrix_rank: The input tensor input must have at least 2 dimensions.");
   TORCH_CHECK(at::canCast(at::kLong, out.scalar_type()),
               "torch.linalg.matrix_rank: Expected result to be safely castable from Long dtype, but got result with dtype ",
@@ -93,8 +82,9 @@ at::Tensor& MatrixRankFloatOutXla(const at::Tensor& input, std::optional<double>
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradXLA, m) {
-  m.impl("linalg_matrix_rank.atol_rtol_tensor_out", TORCH_FN(MatrixRankOutXla));
-  m.impl("linalg_matrix_rank.atol_rtol_float_out", TORCH_FN(MatrixRankFloatOutXla));
+  m.impl("linalg_matrix_rank.atol_rtol_tensor_out",
+         TORCH_FN(MatrixRankOutXla<const std::optional<at::Tensor>&>));
+  m.impl("linalg_matrix_rank.atol_rtol_float_out", TORCH_FN(MatrixRankOutXla<std::optional<double>>));
   m.impl("one_hot", TORCH_FN(OneHotXla));
   m.impl("set_.source_Tensor_storage_offset", TORCH_FN(SetStorageXla));
 }
