@@ -26,6 +26,7 @@
 
 #include <xla/ffi/api/c_api.h>
 
+#include "runtime/ffi_handler.h"
 #include "runtime/runtime.h"
 #include "graph/spmd.h"
 #include "ir/ir.h"
@@ -158,15 +159,6 @@ void ConvBackward(Frame& f) {
   if (mask[1]) f.rets[k++].copy_(gw);
 }
 
-XLA_FFI_Error* Fail(XLA_FFI_CallFrame* cf, const std::string& msg) {
-  XLA_FFI_Error_Create_Args a;
-  std::memset(&a, 0, sizeof(a));
-  a.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
-  a.message = msg.c_str();  // copied by XLA
-  a.errc = XLA_FFI_Error_Code_INTERNAL;
-  return cf->api->XLA_FFI_Error_Create(&a);
-}
-
 // TORCH_XLA_HOST_KERNEL_THREADS=n: ATen's kernels inside an executable use n OpenMP threads (set on
 // the calling thread for the call only: OpenMP's thread count is a per-thread setting, so eager ops
 // on other threads keep theirs). Unset or 0: ATen's own setting. XLA runs independent parts of the
@@ -217,23 +209,7 @@ class ScopedOmpThreads {
 
 template <void (*Kernel)(Frame&)>
 XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
-  // XLA first asks a handler for its metadata (API version, traits) through this extension.
-  for (XLA_FFI_Extension_Base* e = cf->extension_start; e != nullptr; e = e->next) {
-    if (e->type == XLA_FFI_Extension_Metadata) {
-      auto* m = reinterpret_cast<XLA_FFI_Metadata_Extension*>(e)->metadata;
-      // A plugin ignores handlers that claim a newer FFI API than its own (the custom call then
-      // "has no handler"): claim the older of our header's version and the plugin's. What we use
-      // of the API (buffers, an i64 array attribute, errors) is the same in every 0.x minor.
-      int minor = XLA_FFI_API_MINOR;
-      if (cf->api != nullptr && cf->api->api_version.major_version == XLA_FFI_API_MAJOR) {
-        minor = std::min(minor, cf->api->api_version.minor_version);
-      }
-      m->api_version.major_version = XLA_FFI_API_MAJOR;
-      m->api_version.minor_version = minor;
-      m->traits = 0;
-      return nullptr;
-    }
-  }
+  if (runtime::AnswerFfiMetadata(cf)) return nullptr;
   if (cf->stage != XLA_FFI_ExecutionStage_EXECUTE) return nullptr;
   try {
     // Plain CPU kernels, whatever the calling thread's dispatch state (XLA may run the call on the
@@ -248,7 +224,7 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
     Kernel(f);
     return nullptr;
   } catch (const std::exception& e) {
-    return Fail(cf, std::string("torch_xla host kernel failed: ") + e.what());
+    return runtime::FfiError(cf, std::string("torch_xla host kernel failed: ") + e.what());
   }
 }
 

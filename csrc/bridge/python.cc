@@ -14,6 +14,7 @@
 #include <map>
 #include "lowering/stablehlo.h"
 #include "python/client_options.h"
+#include "runtime/fp_env.h"
 #include "ops/op_table.h"
 #include "util/host_pool.h"
 #include "util/metrics.h"
@@ -226,6 +227,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_host_kernels", [](bool dots, bool convs) {
     graph::GetClient();
     bridge::SetHostKernelKinds(dots, convs);
+  });
+  // Denormals on XLA:CPU (runtime/fp_env.h): (handler registered, graphs keep denormals now,
+  // intra-op pool threads cleared). Starts the client.
+  m.def("_denormals", []() {
+    graph::GetClient();
+    return py::make_tuple(runtime::FpEnvRegistered(), runtime::KeepDenormals(), runtime::FpEnvPoolThreadsCleared());
+  });
+  m.def("_set_keep_denormals", [](bool on) {
+    graph::GetClient();
+    runtime::SetFpEnvEnabled(on);
   });
   // Host dots for every large dot (False) or only the transposed-right-operand ones (True, "tdot").
   m.def("_host_dots_transposed_only", []() {

@@ -19,6 +19,7 @@
 #include "graph/compile_cache.h"
 #include "graph/spmd.h"
 #include "lowering/stablehlo.h"
+#include "runtime/fp_env.h"
 #include "util/half.h"
 #include "util/metrics.h"
 
@@ -283,6 +284,7 @@ runtime::Client& GetClient() {
     o.options = g_config.options;
     auto client = runtime::Client::Create(o);
     if (g_start_hook) g_start_hook(*client);
+    runtime::StartFpEnv(*client);
     g_client = std::move(client);
     runtime::WatchForFork();
   }
@@ -706,8 +708,12 @@ PostOrder ComputePostOrder(const std::vector<Value>& roots) {
 }
 
 // Step 2: structural hash of the graph (never tensor values).
+// Whether a graph compiled now keeps denormals on XLA:CPU (runtime/fp_env.h); part of the key.
+// SPMD graphs do not (XLA's partitioner would have to place the side-effecting call).
+bool GraphKeepsDenormals() { return runtime::KeepDenormals() && !spmd::Enabled(); }
+
 Hash128 GraphHash(const PostOrder& po, const std::vector<Value>& roots, int device) {
-  Hash128 h{0xC0FFEEULL, static_cast<uint64_t>(device)};
+  Hash128 h{GraphKeepsDenormals() ? 0xDE0C0FFEEULL : 0xC0FFEEULL, static_cast<uint64_t>(device)};
   for (const Node* n : po.nodes) {
     h = HashCombine(h, n->op_hash);
     for (const Value& v : n->operands) {
@@ -902,6 +908,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   // As PyTorch/XLA: one sample per compiled graph that considered aliasing, valued its alias count.
   if (aliasing) metrics::AddSample("InputOutputAliasCount", static_cast<double>(aliases.size()), metrics::Unit::kCount);
   spec.float_type = FloatStorageType();
+  spec.keep_denormals = GraphKeepsDenormals();
   runtime::CompileOptions copts = spmd::Enabled() ? spmd::PrepareModule(&spec) : OptionsForDevice(device);
   std::string text = lowering::EmitStableHlo(spec);
   if (DebugLevel() > 0 && !opts.eager) {

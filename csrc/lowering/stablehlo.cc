@@ -1,5 +1,6 @@
 #include "lowering/stablehlo.h"
 #include "ir/control_flow.h"
+#include "runtime/fp_env.h"
 #include "util/half.h"
 
 #include <cmath>
@@ -70,6 +71,7 @@ class Emitter {
 
   std::string Run() {
     for (size_t i = 0; i < spec_.params.size(); ++i) names_[spec_.params[i]] = "%arg" + std::to_string(i);
+    if (spec_.keep_denormals) EmitFpEnv();
     for (const Node* n : spec_.post_order) {
       if (n->op == Op::kDeviceData) continue;
       if (spec_.locations && !n->scope.empty()) {
@@ -125,6 +127,23 @@ class Emitter {
     return base + "#" + std::to_string(v.index);
   }
   std::string Fresh() { return "%" + std::to_string(next_++); }
+
+  // The floating-point environment call first, then the arguments through one optimization
+  // barrier with its token: whatever reads an argument is scheduled after the call.
+  void EmitFpEnv() {
+    body_ << "    %fpenv = \"stablehlo.custom_call\"() {api_version = 4 : i32, call_target_name = \""
+          << runtime::FpEnvTarget() << "\", has_side_effect = true} : () -> !stablehlo.token\n";
+    if (spec_.params.empty()) return;
+    const size_t n = spec_.params.size() + 1;
+    std::string types = "!stablehlo.token";
+    body_ << "    %fpbar:" << n << " = \"stablehlo.optimization_barrier\"(%fpenv";
+    for (size_t i = 0; i < spec_.params.size(); ++i) {
+      body_ << ", %arg" << i;
+      types += ", " + T(spec_.params[i]->shapes[0]);
+      names_[spec_.params[i]] = "%fpbar#" + std::to_string(i + 1);
+    }
+    body_ << ") : (" << types << ") -> (" << types << ")\n";
+  }
 
   // Writes `%res = "op"(operands) attrs : (types) -> result types` and names node n.
   void Line(const Node& n, const std::string& op, const std::string& attrs, const std::string& region = "") {
@@ -302,6 +321,94 @@ class Emitter {
           << sel(res, na, a, pick);
   }
 
+  // XLA:CPU's log treats a denormal input as the smallest normal number and its rsqrt treats one as
+  // zero (f32) or loses precision (f64). With denormals kept (runtime/fp_env.h), an input below the
+  // smallest normal is scaled by 2^k first (exact) and the result corrected:
+  // log(x) = log(x * 2^k) - k ln 2, rsqrt(x) = rsqrt(x * 2^k) * 2^(k/2). bf16 runs this in f32 (as
+  // XLA computes its bf16 log), rounding once at the end. Returns false where nothing is needed.
+  bool EmitDenormalSafe(const Node& n) {
+    if (!spec_.keep_denormals || (n.op != Op::kLog && n.op != Op::kRsqrt && n.op != Op::kExp)) return false;
+    const Shape& out = n.shapes[0];
+    const DType phys = Phys(out.dtype);
+    const bool bf16 = phys == DType::kBF16 && t_float_type == DType::kF32;
+    const bool f32 = phys == DType::kF32 && out.dtype == DType::kF32;
+    const bool f64 = phys == DType::kF64 && out.dtype == DType::kF64 && n.op != Op::kLog;
+    if (!bf16 && !f32 && !f64) return false;
+    const DType ct = f64 ? DType::kF64 : DType::kF32;
+    const std::string ty = Shape(ct, out.dims).ToString(), pty = Shape(DType::kPred, out.dims).ToString();
+    const int k = f64 ? 54 : 24;
+    auto fresh = [&] { return "%r" + std::to_string(next_++); };
+    auto splat = [&](double v) {
+      std::string c = fresh();
+      body_ << "    " << c << " = \"stablehlo.constant\"() {value = " << ScalarLiteral(v, 0, ct) << " : " << ty
+            << "} : () -> " << ty << "\n";
+      return c;
+    };
+    auto bin = [&](const char* op, const std::string& a, const std::string& b) {
+      std::string r = fresh();
+      body_ << "    " << r << " = \"stablehlo." << op << "\"(" << a << ", " << b << ") : (" << ty << ", " << ty
+            << ") -> " << ty << "\n";
+      return r;
+    };
+    std::string x = Name(n.operands[0]);
+    if (bf16) {
+      std::string c = fresh();
+      body_ << "    " << c << " = \"stablehlo.convert\"(" << x << ") : (" << T(out) << ") -> " << ty << "\n";
+      x = c;
+    }
+    if (n.op == Op::kExp) {
+      // exp underflows to 0 below the smallest normal result; there exp(x) = exp(x/2)^2 (x/2 exact,
+      // one rounding into the denormal range), written exp(h) * select(small, exp(h), 1) so that
+      // XLA's simplifier does not turn exp(h) * exp(h) back into exp(2h).
+      const std::string lo = splat(f64 ? -708.39641853226408 : -87.336544750553102), small = fresh();
+      body_ << "    " << small << " = \"stablehlo.compare\"(" << x << ", " << lo << ") {comparison_direction = "
+            << "#stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type FLOAT>} : (" << ty
+            << ", " << ty << ") -> " << pty << "\n";
+      const std::string half = splat(0.5), x2 = bin("multiply", x, half);
+      std::string xh = fresh();
+      body_ << "    " << xh << " = \"stablehlo.select\"(" << small << ", " << x2 << ", " << x
+            << ") : (" << pty << ", " << ty << ", " << ty << ") -> " << ty << "\n";
+      std::string e = fresh();
+      body_ << "    " << e << " = \"stablehlo.exponential\"(" << xh << ") : (" << ty << ") -> " << ty << "\n";
+      const std::string one = splat(1.0);
+      std::string f = fresh();
+      body_ << "    " << f << " = \"stablehlo.select\"(" << small << ", " << e << ", " << one << ") : (" << pty << ", "
+            << ty << ", " << ty << ") -> " << ty << "\n";
+      std::string res = Fresh();
+      names_[&n] = res;
+      std::string r = bf16 ? fresh() : res;
+      body_ << "    " << r << " = \"stablehlo.multiply\"(" << e << ", " << f << ") : (" << ty << ", " << ty << ") -> "
+            << ty << "\n";
+      if (bf16) body_ << "    " << res << " = \"stablehlo.convert\"(" << r << ") : (" << ty << ") -> " << T(out) << "\n";
+      return true;
+    }
+    const std::string tiny = splat(f64 ? 0x1p-1022 : 0x1p-126), small = fresh();
+    body_ << "    " << small << " = \"stablehlo.compare\"(" << x << ", " << tiny << ") {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = "
+             "#stablehlo<comparison_type FLOAT>} : (" << ty << ", " << ty << ") -> " << pty << "\n";
+    auto select = [&](const std::string& a, const std::string& b, std::string r = "") {
+      if (r.empty()) r = fresh();
+      body_ << "    " << r << " = \"stablehlo.select\"(" << small << ", " << a << ", " << b << ") : (" << pty << ", "
+            << ty << ", " << ty << ") -> " << ty << "\n";
+      return r;
+    };
+    const std::string scale = splat(std::ldexp(1.0, k));
+    std::string xs = select(bin("multiply", x, scale), x);
+    std::string f = fresh();
+    body_ << "    " << f << " = \"stablehlo." << (n.op == Op::kLog ? "log" : "rsqrt") << "\"(" << xs << ") : (" << ty
+          << ") -> " << ty << "\n";
+    const std::string fix = splat(n.op == Op::kLog ? k * 0.69314718055994530942 : std::ldexp(1.0, k / 2));
+    std::string fixed = bin(n.op == Op::kLog ? "subtract" : "multiply", f, fix);
+    std::string res = Fresh();
+    names_[&n] = res;
+    if (bf16) {
+      std::string r = select(fixed, f);
+      body_ << "    " << res << " = \"stablehlo.convert\"(" << r << ") : (" << ty << ") -> " << T(out) << "\n";
+    } else {
+      select(fixed, f, res);
+    }
+    return true;
+  }
+
   // The region of a reduction of kind k over scalars of type t (NaN-propagating max/min for floats).
   std::string ReducerRegion(ir::ReduceKind k, DType t) {
     bool minmax = k == ir::ReduceKind::kMax || k == ir::ReduceKind::kMin;
@@ -338,7 +445,11 @@ class Emitter {
         Line(n, "stablehlo.convert", "");
         return;
       }
-      case Op::kNeg: case Op::kAbs: case Op::kExp: case Op::kLog: case Op::kSqrt: case Op::kRsqrt:
+      case Op::kLog: case Op::kRsqrt: case Op::kExp:
+        if (EmitDenormalSafe(n)) return;
+        Line(n, std::string("stablehlo.") + ir::OpName(n.op), "");
+        return;
+      case Op::kNeg: case Op::kAbs: case Op::kSqrt:
       case Op::kSin: case Op::kCos: case Op::kTan: case Op::kTanh: case Op::kLogistic: case Op::kFloor:
       case Op::kCeil: case Op::kRoundEven: case Op::kRoundAfz: case Op::kSign: case Op::kLog1p:
       case Op::kExpm1: case Op::kNot: case Op::kIsFinite: case Op::kCbrt: case Op::kReal: case Op::kImag:

@@ -24,6 +24,9 @@ struct ModuleSpec {
   std::vector<std::string> result_shardings;
   // XLA_USE_BF16 / XLA_USE_F16: f32 and f64 values are emitted as this type (kF32 = no downcast).
   ir::DType float_type = ir::DType::kF32;
+  // XLA:CPU keeps denormals (runtime/fp_env.h): the module starts with the `txla_fp_env` custom
+  // call, and every argument passes through an optimization barrier with its token.
+  bool keep_denormals = false;
 };
 
 std::string EmitStableHlo(const ModuleSpec& spec);

@@ -86,6 +86,12 @@ Value Digamma(const Value& x) {
 // lgamma: +inf at 0, at the negative integers and at +-inf; NaN stays NaN.
 Value Lgamma(const Value& x) {
   Value r = ir::Unary(Op::kLgamma, x);
+  // Below the smallest normal number lgamma(x) = -log|x| to within rounding; XLA's lgamma reads a
+  // denormal as the smallest normal (f32: 88.7 for every denormal, eager 89-103).
+  const ir::DType t = x.shape().dtype;
+  const double tiny = t == ir::DType::kF64 ? 0x1p-1022 : t == ir::DType::kF16 ? 0x1p-14 : 0x1p-126;
+  Value ax = ir::Unary(Op::kAbs, x);
+  r = ir::Select(Lt(ax, C(tiny, x)), ir::Unary(Op::kNeg, ir::Unary(Op::kLog, ax)), r);
   Value pole = And(Lt(x, C(1, x)), IsInteger(x));  // 0, -1, -2, ... and -inf
   r = ir::Select(Or(Eq(x, C(1, x)), Eq(x, C(2, x))), C(0, x), r);  // exactly 0, as eager
   return ir::Select(Or(pole, Eq(x, C(INFINITY, x))), C(INFINITY, x), r);
@@ -173,7 +179,15 @@ void AddSpecialRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"lgamma", FloatUnary(Lgamma)});
   rows.push_back({"digamma", FloatUnary(Digamma)});
-  rows.push_back({"erfc", FloatUnary([](const Value& x) { return ir::Unary(Op::kErfc, x); })});
+  rows.push_back({"erfc", FloatUnary([](const Value& x) {
+    Value r = ir::Unary(Op::kErfc, x);
+    const ir::DType t = x.shape().dtype;
+    if (t != ir::DType::kF32 && t != ir::DType::kBF16) return r;
+    // Past x = 9.19 erfc(x) is below the smallest normal f32; XLA's f32 erfc gives 0 there (its
+    // exp(-x*x) underflows), eager a denormal: those elements come from the f64 erfc, rounded once.
+    Value wide = Cast(ir::Unary(Op::kErfc, Cast(x, ir::DType::kF64)), t);
+    return ir::Select(Gt(x, C(9, x)), wide, r);
+  })});
   rows.push_back({"polygamma", [](OpArgs& a) -> V {
     int64_t n = a.Int(0);
     Value x = a.V(1);
