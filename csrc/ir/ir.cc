@@ -219,6 +219,26 @@ Value Opaque(const Value& x) {
   if (!IsFloating(x.dtype()) && !IsComplex(x.dtype())) return x;
   return OptimizationBarrier({x})[0];
 }
+
+// A floating +0.0 constant (possibly converted, reshaped or broadcast). XLA's simplifier rewrites
+// A + 0 => A, which keeps A = -0.0 where IEEE (and eager) give +0.0: such an operand is made opaque.
+bool IsPlusZeroConstant(const Value& v) {
+  const Node* n = v.node.get();
+  while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape) &&
+         n->operands.size() == 1) {
+    n = n->operands[0].node.get();
+  }
+  return n != nullptr && n->op == Op::kConstant && n->attrs.f == 0.0 && !std::signbit(n->attrs.f) && n->attrs.n == 0;
+}
+
+// r + (+0.0), which eager's sums compute (their accumulator starts at +0.0): turns -0.0 into +0.0
+// and leaves every other value as it is. The zero is opaque, so XLA keeps the add.
+Value PlusZero(const Value& r) {
+  if (!IsFloating(r.dtype())) return r;
+  Value z = Opaque(Constant(0.0, r.dtype()));
+  if (r.rank() > 0) z = BroadcastInDim(z, r.dims(), {});
+  return Make(Op::kAdd, {r, z}, r.shape());
+}
 }  // namespace
 
 Value Unary(Op op, const Value& x_in) {
@@ -245,6 +265,10 @@ Value Binary(Op op, const Value& a, const Value& b) {
   }
   if (op == Op::kPow && (Produces(a, Op::kExp) || Produces(a, Op::kPow) || IsSquare(a))) {
     return Make(op, {Opaque(a), b}, a.shape());  // pow(exp(A),B) => exp(A*B), pow(A*A,0.5) => |A|
+  }
+  if (op == Op::kAdd && IsFloating(a.dtype())) {  // -0.0 + 0.0 is +0.0 (see IsPlusZeroConstant)
+    if (IsPlusZeroConstant(b)) return PlusZero(a);
+    if (IsPlusZeroConstant(a)) return PlusZero(b);
   }
   return Make(op, {a, b}, a.shape());
 }
@@ -395,18 +419,24 @@ Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<
 
 Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_in) {
   std::vector<int64_t> dims = NormalizeDims(dims_in, x.rank());
-  if (x.rank() == 0) return x;  // reducing a scalar over dim 0/-1 is the identity, as eager
+  // Eager's sums start from +0.0, so a sum of -0.0 alone is +0.0; XLA computes init + x for two or
+  // more elements but turns a reduction of one element into a reshape (keeping -0.0).
+  const bool sum = kind == ReduceKind::kSum && IsFloating(x.dtype());
+  if (x.rank() == 0) return sum ? PlusZero(x) : x;  // reducing a scalar over dim 0/-1: the identity
   std::sort(dims.begin(), dims.end());
   dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
   if (dims.empty()) return x;
   std::vector<int64_t> out;
+  int64_t count = 1;
   for (int i = 0; i < x.rank(); ++i) {
     if (!std::binary_search(dims.begin(), dims.end(), i)) out.push_back(x.dims()[i]);
+    else count *= x.dims()[i];
   }
   Attrs a;
   a.ints = {dims};
   a.n = static_cast<int64_t>(kind);
-  return Make(Op::kReduce, {x}, Shape(x.dtype(), out), a);
+  Value r = Make(Op::kReduce, {x}, Shape(x.dtype(), out), a);
+  return sum && count == 1 ? PlusZero(r) : r;
 }
 
 std::pair<Value, Value> ArgReduce(ArgKind kind, const Value& x, int64_t dim) {
@@ -441,7 +471,9 @@ Value Cumulative(ReduceKind kind, const Value& x, int64_t dim) {
   Attrs a;
   a.ints = {{dim}};
   a.n = static_cast<int64_t>(kind);
-  return Make(Op::kCumulative, {x}, x.shape(), a);
+  Value r = Make(Op::kCumulative, {x}, x.shape(), a);
+  // eager's running sum starts from +0.0: it never gives -0.0 (see Reduce)
+  return kind == ReduceKind::kSum ? PlusZero(r) : r;
 }
 
 Value Cholesky(const Value& a, bool lower) {
@@ -558,6 +590,8 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   Attrs at;
   at.ints = {lb, rb, lc, rc};
   at.n = MatMulPrecision();
+  // Eager's GEMMs accumulate from +0.0 (a sum of -0.0 products only is +0.0), XLA's dot from the
+  // first product (-0.0 there). Not corrected: an add per dot output cost the MLP step 5%.
   return Make(Op::kDotGeneral, {a, b}, Shape(out, dims), at);
 }
 

@@ -282,7 +282,8 @@ Value SumDims(const Value& x, const std::vector<int64_t>& dims_in, bool keepdim,
     dims.resize(x.rank());
     std::iota(dims.begin(), dims.end(), 0);
   }
-  if (x.rank() == 0) return Cast(x, out);  // dim 0/-1 of a scalar: nothing to reduce
+  // dim 0/-1 of a scalar: nothing to reduce (ir::Reduce still adds eager's +0.0 start to a float)
+  if (x.rank() == 0) return Cast(ir::Reduce(ir::ReduceKind::kSum, x, {}), out);
   dims = ir::NormalizeDims(dims, x.rank());
   // bf16/f16 accumulate in float32 as eager does.
   DType acc = out == DType::kBF16 || out == DType::kF16 ? DType::kF32 : out;
