@@ -1333,7 +1333,7 @@ def test_inplace_op_reading_its_own_elements_at_other_positions_is_refused():
     assert torch.equal(x.cpu(), want)
 
 
-@pytest.mark.parametrize("case", ["pow_bool", "igamma_int", "igammac_int"])
+@pytest.mark.parametrize("case", ["pow_bool", "igamma_int", "igammac_int", "lcm_bool", "floor_divide_bool"])
 def test_inplace_dtype_refusals_keep_eager_exception_type(case):
     """In-place ops whose eager kernel has no version for the dtypes raise NotImplementedError, not
     the cast RuntimeError that the Python meta kernels' result dtypes led to."""
@@ -1341,9 +1341,38 @@ def test_inplace_dtype_refusals_keep_eager_exception_type(case):
         b, i = torch.tensor([True, False], device=dev), torch.tensor([1, 2], device=dev)
         if case == "pow_bool":
             return b.pow_(b)
+        if case.endswith("_bool"):  # torch's Python meta kernels raised a RuntimeError first
+            return getattr(b, case[: -len("_bool")] + "_")(b)
         return getattr(i, case.split("_")[0] + "_")(i)
     with pytest.raises(NotImplementedError) as want:
         run("cpu")
     with pytest.raises(NotImplementedError) as got:
         run(DEV)
     assert str(want.value).split("\n")[0] in str(got.value)
+
+
+def _bits_equal(a, b):
+    a = a.cpu()
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(a, b) and torch.equal(torch.signbit(a), torch.signbit(b)), (a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_adding_zero_and_sums_of_negative_zero_as_eager(dtype):
+    # XLA's simplifier rewrites A + 0 => A (keeping -0.0) and a one-element reduction into a
+    # reshape; eager computes -0.0 + 0.0 = +0.0 and starts its sums (and cumsum) from +0.0.
+    c = torch.tensor([-0.0, 0.0, 1.5, -2.0], dtype=dtype)
+    x = c.to(DEV)
+    _bits_equal(x + 0, c + 0)
+    _bits_equal(x + torch.zeros(4, dtype=dtype, device=DEV), c + torch.zeros(4, dtype=dtype))
+    _bits_equal(torch.zeros(4, dtype=dtype, device=DEV).add_(x), torch.zeros(4, dtype=dtype).add_(c))
+    _bits_equal(x - 0, c - 0)
+    n = torch.tensor([-0.0], dtype=dtype)
+    _bits_equal(n.to(DEV).sum(), n.sum())
+    _bits_equal(n.to(DEV).mean(), n.mean())
+    _bits_equal(torch.tensor(-0.0, dtype=dtype).to(DEV).sum(), torch.tensor(-0.0, dtype=dtype).sum())
+    m = torch.full((3, 1), -0.0, dtype=dtype)
+    _bits_equal(m.to(DEV).sum(1), m.sum(1))
+    _bits_equal(m.to(DEV).sum(0), m.sum(0))
+    _bits_equal(torch.full((4,), -0.0, dtype=dtype).to(DEV).cumsum(0), torch.full((4,), -0.0, dtype=dtype).cumsum(0))
+    _bits_equal(x.cumsum(0), c.cumsum(0))

@@ -561,7 +561,7 @@ struct InplaceMeta : c10::OperatorKernel {
         TORCH_CHECK(c10::canCast(out.scalar_type(), self.scalar_type()), "result type ", out.scalar_type(),
                     " can't be cast to the desired output type ", self.scalar_type());
       }
-    } catch (const c10::Error&) {
+    } catch (const std::exception&) {  // c10::Error, or a Python meta kernel's exception
       RaiseEagerDtypeError(op, ivs);
       throw;
     }
