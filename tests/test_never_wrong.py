@@ -1376,3 +1376,36 @@ def test_adding_zero_and_sums_of_negative_zero_as_eager(dtype):
     _bits_equal(m.to(DEV).sum(0), m.sum(0))
     _bits_equal(torch.full((4,), -0.0, dtype=dtype).to(DEV).cumsum(0), torch.full((4,), -0.0, dtype=dtype).cumsum(0))
     _bits_equal(x.cumsum(0), c.cumsum(0))
+
+
+@pytest.mark.parametrize("name", ["inv", "cholesky", "qr", "lu_factor", "eigh", "solve_matrix", "cholesky_ex",
+                                  "triangular_solve"])
+def test_lapack_results_are_column_major_as_eager(name):
+    # Eager's LAPACK-backed results are column-major (batched Fortran order); layout decides whether
+    # .view() is accepted and whether reshape aliases.
+    torch.manual_seed(0)
+    a = torch.randn(3, 4, 4)
+    a = a @ a.mT + 4 * torch.eye(4)
+    b = torch.randn(3, 4, 2)
+    f = {
+        "inv": lambda a, b: torch.linalg.inv(a),
+        "cholesky": lambda a, b: torch.linalg.cholesky(a),
+        "qr": lambda a, b: torch.linalg.qr(a)[0],
+        "lu_factor": lambda a, b: torch.linalg.lu_factor(a)[0],
+        "eigh": lambda a, b: torch.linalg.eigh(a)[1],
+        "solve_matrix": lambda a, b: torch.linalg.solve(a, b),
+        "cholesky_ex": lambda a, b: torch.linalg.cholesky_ex(a)[0],
+        "triangular_solve": lambda a, b: torch.triangular_solve(b, torch.linalg.cholesky(a), upper=False)[0],
+    }[name]
+    want = f(a, b)
+    got = f(a.to(DEV), b.to(DEV))
+    assert got.stride() == want.stride() and got.is_contiguous() == want.is_contiguous()
+    assert not want.is_contiguous()
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        want.view(-1)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        got.view(-1)
+    g, w = got.reshape(-1).cpu(), want.reshape(-1)
+    if name == "eigh":  # eigenvectors are defined up to sign
+        g, w = g.abs(), w.abs()
+    torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

@@ -227,12 +227,21 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
       if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
     }
   }
-  if (!any_strided) return;
+  const std::string& name = op.schema().name();
+  // LAPACK-backed ops: eager's results are column-major (batched Fortran order) whatever the inputs'
+  // layout (`torch.linalg.inv(a).is_contiguous()` is False; `.view(-1)` of it raises); their meta
+  // kernels lay the results out that way.
+  static const std::set<std::string> lapack_extra = {"aten::triangular_solve", "aten::cholesky",
+                                                     "aten::cholesky_solve", "aten::cholesky_inverse",
+                                                     "aten::geqrf", "aten::ormqr", "aten::lu_unpack"};
+  const bool lapack = name.rfind("aten::linalg_", 0) == 0 || name.rfind("aten::_linalg_", 0) == 0 ||
+                      lapack_extra.count(name) > 0;
+  if (!any_strided && !lapack) return;
+  if (lapack) candidate = true;
   const auto& rets = op.schema().returns();
   for (const auto& ret : rets) {
     if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
   }
-  const std::string& name = op.schema().name();
   if (name.find("batch_norm") != std::string::npos && name.find("backward") == std::string::npos && !ivs.empty() &&
       ivs[0].isTensor() && !results.empty() && results[0].isTensor()) {
     // Eager's CPU batch norm writes its output in the input's suggested memory format (channels-last
