@@ -1409,3 +1409,31 @@ def test_lapack_results_are_column_major_as_eager(name):
     if name == "eigh":  # eigenvectors are defined up to sign
         g, w = g.abs(), w.abs()
     torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64], ids=str)
+def test_integer_pow_wraps_over_every_exponent_bit_as_eager(dtype):
+    # XLA's integer power read only the exponent's low bits (int8 2 ** 64 was 1) and did not wrap
+    # as eager's repeated squaring does (uint8 254 ** 7: eager 209).
+    info = torch.iinfo(dtype)
+    v = torch.tensor([x for x in [info.min, -3, -1, 0, 1, 2, 3, 7, 31, 63, 64, 100, info.max - 1, info.max]
+                      if info.min <= x <= info.max], dtype=dtype)
+    a, b = torch.meshgrid(v, v, indexing="ij")
+    a, b = a.flatten(), b.flatten()  # negative exponents included: 1, +-1 by parity, or 0
+    assert torch.equal(torch.pow(a.to(DEV), b.to(DEV)).cpu(), torch.pow(a, b))
+    assert torch.equal((a.to(DEV) ** 64).cpu(), a ** 64)
+    assert torch.equal((3 ** b.abs().to(DEV)).cpu(), 3 ** b.abs())
+
+
+def test_float32_var_std_accumulate_in_double_as_eager():
+    # Eager's CPU var/std accumulate float32 in double: no overflow for values near 1e19, and the
+    # results equal eager's bit for bit.
+    c = torch.tensor([9.2e18, 9.2e18, 100.0, 7.0, -1.0, -9.2e18, -9.2e18, 3.0, 0.0])
+    assert torch.equal(c.to(DEV).std().cpu(), c.std()) and torch.isfinite(c.std())
+    assert torch.equal(c.to(DEV).var().cpu(), c.var())
+    torch.manual_seed(0)
+    x = torch.randn(300, 37)
+    assert torch.equal(x.to(DEV).var(0).cpu(), x.var(0))
+    assert torch.equal(x.to(DEV).std(1, correction=0).cpu(), x.std(1, correction=0))
+    v, m = torch.var_mean(x.to(DEV), 0)
+    assert torch.equal(v.cpu(), torch.var_mean(x, 0)[0])

@@ -231,6 +231,32 @@ bool IsPlusZeroConstant(const Value& v) {
   return n != nullptr && n->op == Op::kConstant && n->attrs.f == 0.0 && !std::signbit(n->attrs.f) && n->attrs.n == 0;
 }
 
+// Integer a ** b as eager's kernel computes it: exponentiation by squaring over every bit of the
+// exponent, wrapping on overflow; a negative exponent gives 1 for a base of 1, +-1 for -1 (by the
+// exponent's parity), 0 otherwise. XLA's integer power read only the exponent's low bits
+// (int8 2 ** 64 was 1, int64 2 ** (2**63 - 2) was 2**62) and gave 0 where eager's product wraps
+// (uint8 254 ** 7: eager 209).
+Value IntPow(const Value& a, const Value& b) {
+  const DType t = a.dtype();
+  const Shape& s = a.shape();
+  const int bits = static_cast<int>(8 * runtime::ElementSize(t));
+  Value one = Full(1, s), zero = Full(0, s);
+  Value r = one, base = a, e = b;
+  for (int i = 0; i < bits; ++i) {
+    Value odd = Compare(CompareDir::kNE, Make(Op::kAnd, {e, one}, s), zero);
+    r = Select(odd, Make(Op::kMul, {r, base}, s), r);
+    if (i + 1 == bits) break;
+    base = Make(Op::kMul, {base, base}, s);
+    e = Make(Op::kShiftRightLogical, {e, one}, s);
+  }
+  if (IsUnsigned(t)) return r;
+  Value minus_one = Full(-1, s);
+  Value odd_b = Compare(CompareDir::kNE, Make(Op::kAnd, {b, one}, s), zero);
+  Value neg = Select(Compare(CompareDir::kEQ, a, one), one,
+                     Select(Compare(CompareDir::kEQ, a, minus_one), Select(odd_b, minus_one, one), zero));
+  return Select(Compare(CompareDir::kLT, b, zero), neg, r);
+}
+
 // r + (+0.0), which eager's sums compute (their accumulator starts at +0.0): turns -0.0 into +0.0
 // and leaves every other value as it is. The zero is opaque, so XLA keeps the add.
 Value PlusZero(const Value& r) {
@@ -266,6 +292,7 @@ Value Binary(Op op, const Value& a, const Value& b) {
   if (op == Op::kPow && (Produces(a, Op::kExp) || Produces(a, Op::kPow) || IsSquare(a))) {
     return Make(op, {Opaque(a), b}, a.shape());  // pow(exp(A),B) => exp(A*B), pow(A*A,0.5) => |A|
   }
+  if (op == Op::kPow && IsIntegral(a.dtype(), false) && a.dtype() == b.dtype()) return IntPow(a, b);
   if (op == Op::kAdd && IsFloating(a.dtype())) {  // -0.0 + 0.0 is +0.0 (see IsPlusZeroConstant)
     if (IsPlusZeroConstant(b)) return PlusZero(a);
     if (IsPlusZeroConstant(a)) return PlusZero(b);

@@ -299,9 +299,13 @@ Value IndexPut(const Value& self, const IndexPlan& p, const Value& values, bool 
   return ir::Scatter(self, coords, upd, window_dims, p.indexed, p.indexed, 1, accumulate ? 1 : 0);
 }
 
-Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, double correction, bool keepdim) {
+// Variance (std: its square root) in eager's CPU accumulation type: double for float32 and float64
+// inputs, float for half types (at::acc_type<T, /*is_cuda=*/false>); the result is rounded once to
+// the output type. In float32, the squared deviations of values near 1e19 overflowed to inf.
+Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, double correction, bool keepdim,
+             bool sqrt = false) {
   DType out_t = FloatOf(x.dtype());
-  DType t = out_t == DType::kF64 ? DType::kF64 : DType::kF32;  // accumulate half types in f32, as eager
+  DType t = out_t == DType::kF64 || out_t == DType::kF32 ? DType::kF64 : DType::kF32;
   Value xc = Cast(x, t);
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
   int64_t n = 1;
@@ -311,6 +315,7 @@ Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, doubl
   Value c = Bin(Op::kSub, xc, mean);
   Value ss = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, c, c), dims);
   Value v = ir::Binary(Op::kDiv, ss, ir::Full(std::max(0.0, static_cast<double>(n) - correction), ss.shape()));
+  if (sqrt) v = ir::Unary(Op::kSqrt, v);
   return Cast(keepdim ? KeepDims(v, x.dims(), dims) : v, out_t);
 }
 
@@ -730,7 +735,7 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"std.correction", [](OpArgs& a) -> V {
     auto c = a.OptS(2);
-    return {ir::Unary(Op::kSqrt, Moment(a.V(0), a.OptInts(1), c ? c->AsDouble() : 1.0, a.Bool(3)))};
+    return {Moment(a.V(0), a.OptInts(1), c ? c->AsDouble() : 1.0, a.Bool(3), /*sqrt=*/true)};
   }});
   rows.push_back({"prod", [](OpArgs& a) -> V {
     Value x = a.V(0);
