@@ -1437,3 +1437,21 @@ def test_float32_var_std_accumulate_in_double_as_eager():
     assert torch.equal(x.to(DEV).std(1, correction=0).cpu(), x.std(1, correction=0))
     v, m = torch.var_mean(x.to(DEV), 0)
     assert torch.equal(v.cpu(), torch.var_mean(x, 0)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_running_sums_and_products_accumulate_as_eager(dtype):
+    # Eager's CPU cumsum/cumprod accumulate float32 in double (half types in float32): a running sum
+    # that overflows float32 comes back once a later term brings it into range.
+    big = {torch.float16: 60000.0}.get(dtype, 3e38)
+    for v in ([big, big, -big, 1.0], [big, 10.0, 0.1], [1.0, -2.0, 0.5]):
+        c = torch.tensor(v, dtype=dtype)
+        assert torch.equal(c.to(DEV).cumsum(0).cpu(), c.cumsum(0)), v
+        assert torch.equal(c.to(DEV).cumprod(0).cpu(), c.cumprod(0)), v
+    torch.manual_seed(0)
+    x = torch.randn(64, 9).to(dtype)
+    torch.testing.assert_close(x.to(DEV).cumsum(0).cpu(), x.cumsum(0), rtol=0, atol=0)
+    # var/std of values whose squares overflow float32 (and bfloat16) accumulate in double too
+    h = torch.tensor([1e20, 2e20, -3e20, 1.0], dtype=dtype)
+    if dtype != torch.float16:
+        torch.testing.assert_close(torch.std_mean(h.to(DEV))[0].cpu(), torch.std_mean(h)[0])

@@ -299,13 +299,13 @@ Value IndexPut(const Value& self, const IndexPlan& p, const Value& values, bool 
   return ir::Scatter(self, coords, upd, window_dims, p.indexed, p.indexed, 1, accumulate ? 1 : 0);
 }
 
-// Variance (std: its square root) in eager's CPU accumulation type: double for float32 and float64
-// inputs, float for half types (at::acc_type<T, /*is_cuda=*/false>); the result is rounded once to
-// the output type. In float32, the squared deviations of values near 1e19 overflowed to inf.
+// Variance (std: its square root) accumulated in double, as eager's CPU kernels do for every float
+// type; the result is rounded once to the output type. In float32, the squared deviations of values
+// near 1e19 overflowed to inf (bfloat16: near 1e20; squares below 1e-45 vanished).
 Value Moment(const Value& x, std::optional<std::vector<int64_t>> dims_opt, double correction, bool keepdim,
              bool sqrt = false) {
   DType out_t = FloatOf(x.dtype());
-  DType t = out_t == DType::kF64 || out_t == DType::kF32 ? DType::kF64 : DType::kF32;
+  DType t = ir::IsFloating(out_t) ? DType::kF64 : DType::kF32;
   Value xc = Cast(x, t);
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
   int64_t n = 1;

@@ -476,7 +476,8 @@ void AddMathRows(std::vector<OpRow>& rows) {
     DType t = a.OptDType(2).value_or(ir::IsIntegral(x.dtype(), true) ? DType::kS64 : x.dtype());
     if (x.rank() == 0) return {Cast(x, t)};
     int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
-    return {Cast(ir::Cumulative(ir::ReduceKind::kProd, Cast(x, OpMath(t)), d), t)};
+    // accumulated as eager's CPU kernel: float32 in double, half types in float32 (see cumsum)
+    return {Cast(ir::Cumulative(ir::ReduceKind::kProd, Cast(x, t == DType::kF32 ? DType::kF64 : OpMath(t)), d), t)};
   }});
   // var_mean / std_mean: the var/std row and the mean over the same dims.
   for (bool is_std : {false, true}) {

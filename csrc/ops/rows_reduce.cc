@@ -154,7 +154,9 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value x = a.V(0);
     DType t = SumType(x, a.OptDType(2));
     if (x.rank() == 0) return {Cast(x, t)};
-    DType acc = OpMath(t);  // eager accumulates in float32
+    // eager's CPU running sum accumulates float32 in double (at::acc_type<float, false>), half
+    // types in float32: [3e38, 3e38, -3e38] gives [3e38, inf, 3e38]
+    DType acc = t == DType::kF32 ? DType::kF64 : OpMath(t);
     return {Cast(ir::Cumulative(ir::ReduceKind::kSum, Cast(x, acc), a.Int(1)), t)};
   }});
 
