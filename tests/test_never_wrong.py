@@ -1455,3 +1455,21 @@ def test_running_sums_and_products_accumulate_as_eager(dtype):
     h = torch.tensor([1e20, 2e20, -3e20, 1.0], dtype=dtype)
     if dtype != torch.float16:
         torch.testing.assert_close(torch.std_mean(h.to(DEV))[0].cpu(), torch.std_mean(h)[0])
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_and_bucketize_follow_eagers_binary_search(right):
+    # Counting the elements below each value gave other answers than eager's binary search where
+    # its path matters: NaNs (sorted last) and unsorted sequences.
+    nan, inf = float("nan"), float("inf")
+    c = torch.tensor([3.0, nan, -inf, 1.0, nan, inf, -0.0, 0.0, 1.0, -2.0])
+    q = torch.tensor([nan, 1.0, -0.0, 5.0, -inf, inf, 0.5])
+    for seq in (c.sort().values, c):
+        assert torch.equal(torch.searchsorted(seq.to(DEV), q.to(DEV), right=right).cpu(),
+                           torch.searchsorted(seq, q, right=right))
+    bounds = torch.tensor([-1.0, 0.0, 2.0])
+    assert torch.equal(torch.bucketize(c.to(DEV), bounds.to(DEV), right=right).cpu(), torch.bucketize(c, bounds, right=right))
+    torch.manual_seed(0)
+    s, v = torch.randn(3, 17).sort(-1).values, torch.randn(3, 5)
+    got = torch.searchsorted(s.to(DEV), v.to(DEV), right=right, out_int32=True).cpu()
+    assert torch.equal(got, torch.searchsorted(s, v, right=right, out_int32=True))

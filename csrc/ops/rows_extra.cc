@@ -165,23 +165,38 @@ static void AddExtraRandomRows(std::vector<OpRow>& rows) {
 
 // The insertion points of x into sorted rows of `seq` (last dim), as eager's binary search: the
 // number of entries e with !(e >= x) (left) or !(e > x) (right), so NaN goes last.
+// Eager's binary search (cus_lower_bound / cus_upper_bound): start = 0, end = size; while start <
+// end: mid = start + (end - start) / 2, go right when !(seq[mid] >= v) (left) or !(seq[mid] > v)
+// (right). Run as floor(log2(size)) + 1 masked steps, each a gather per query. Counting the
+// elements below v instead gave other answers where the search path matters: NaN in the sequence
+// (NaNs sort last; `!(nan >= v)` sends the search right only where it visits them) and unsorted
+// sequences.
 Value SearchSorted(const Value& seq, const Value& x, bool right, bool int32) {
-  int64_t b = seq.dims().back();
-  std::vector<int64_t> cmp = x.dims();
-  cmp.push_back(b);
-  int r = x.rank();
-  std::vector<int64_t> xd(r), sd;
-  std::iota(xd.begin(), xd.end(), 0);
-  if (seq.rank() == 1) {
-    sd = {r};
-  } else {
-    for (int i = 0; i < r - 1; ++i) sd.push_back(i);
-    sd.push_back(r);
+  const DType out = int32 ? DType::kS32 : DType::kS64;
+  const int64_t b = seq.dims().back();
+  const int64_t batches = seq.shape().numel() / b;
+  const int64_t m = seq.rank() > 1 ? x.dims().back() : x.shape().numel();
+  if (x.shape().numel() == 0) return ir::Full(0, ir::Shape(out, x.dims()));
+  Value flat = ir::Reshape(seq, {batches * b});
+  Value xv = ir::Reshape(x, {batches, m});
+  const ir::Shape is(DType::kS64, {batches, m});
+  auto full = [&](double v) { return ir::Full(v, is); };
+  Value base = ir::Binary(Op::kMul, ir::Iota(is, 0), full(static_cast<double>(b)));
+  Value lo = full(0), hi = full(static_cast<double>(b));
+  int steps = 0;
+  for (int64_t n = b; n > 0; n >>= 1) ++steps;
+  for (int i = 0; i < steps; ++i) {
+    Value active = ir::Compare(CompareDir::kLT, lo, hi);
+    Value mid = ir::Binary(Op::kAdd, lo, ir::Binary(Op::kShiftRightArithmetic, ir::Binary(Op::kSub, hi, lo), full(1)));
+    Value at = ir::Binary(Op::kAdd, base, ir::Binary(Op::kMin, mid, full(static_cast<double>(b - 1))));
+    Value val = ir::Reshape(ir::Gather(flat, ir::Reshape(at, {batches * m, 1}), {}, {0}, {0}, 1, {1}), {batches, m});
+    Value stop = ir::Compare(right ? CompareDir::kGT : CompareDir::kGE, val, xv);  // NaN: false, go right
+    Value go_right = ir::Binary(Op::kAnd, active, ir::Unary(Op::kNot, stop));
+    Value go_left = ir::Binary(Op::kAnd, active, stop);
+    lo = ir::Select(go_right, ir::Binary(Op::kAdd, mid, full(1)), lo);
+    hi = ir::Select(go_left, mid, hi);
   }
-  Value e = ir::BroadcastInDim(seq, cmp, sd), v = ir::BroadcastInDim(x, cmp, xd);
-  Value hit = ir::Compare(right ? CompareDir::kGT : CompareDir::kGE, e, v);
-  Value before = ir::Select(hit, ir::Full(0, ir::Shape(DType::kS64, cmp)), ir::Full(1, ir::Shape(DType::kS64, cmp)));
-  return Cast(ir::Reduce(ir::ReduceKind::kSum, before, {static_cast<int64_t>(r)}), int32 ? DType::kS32 : DType::kS64);
+  return Cast(ir::Reshape(lo, x.dims()), out);
 }
 
 // max_unpool: zeros of the output size, each input value written at its flat per-plane index.
