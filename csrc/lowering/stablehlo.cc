@@ -336,76 +336,52 @@ class Emitter {
     if (!bf16 && !f32 && !f64) return false;
     const DType ct = f64 ? DType::kF64 : DType::kF32;
     const std::string ty = Shape(ct, out.dims).ToString(), pty = Shape(DType::kPred, out.dims).ToString();
-    const int k = f64 ? 54 : 24;
-    auto fresh = [&] { return "%r" + std::to_string(next_++); };
-    auto splat = [&](double v) {
-      std::string c = fresh();
-      body_ << "    " << c << " = \"stablehlo.constant\"() {value = " << ScalarLiteral(v, 0, ct) << " : " << ty
-            << "} : () -> " << ty << "\n";
-      return c;
-    };
-    auto bin = [&](const char* op, const std::string& a, const std::string& b) {
-      std::string r = fresh();
-      body_ << "    " << r << " = \"stablehlo." << op << "\"(" << a << ", " << b << ") : (" << ty << ", " << ty
-            << ") -> " << ty << "\n";
+    // One line `%r = "stablehlo.<op>"(args) : (types) -> result` per helper; operands are computed
+    // before the line is written (each helper writes to body_).
+    auto line = [&](const std::string& op, const std::vector<std::string>& args, const std::string& types,
+                    const std::string& result, std::string r = "") {
+      if (r.empty()) r = "%r" + std::to_string(next_++);
+      body_ << "    " << r << " = \"stablehlo." << op << "\"(";
+      for (size_t i = 0; i < args.size(); ++i) body_ << (i ? ", " : "") << args[i];
+      body_ << ")" << types << " -> " << result << "\n";
       return r;
     };
+    auto splat = [&](double v) {
+      return line("constant", {}, " {value = " + ScalarLiteral(v, 0, ct) + " : " + ty + "} : ()", ty);
+    };
+    auto un = [&](const char* op, const std::string& x) { return line(op, {x}, " : (" + ty + ")", ty); };
+    auto bin = [&](const char* op, const std::string& a, const std::string& b) {
+      return line(op, {a, b}, " : (" + ty + ", " + ty + ")", ty);
+    };
+    auto less = [&](const std::string& x, const std::string& c) {
+      return line("compare", {x, c},
+                  " {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = "
+                  "#stablehlo<comparison_type FLOAT>} : (" + ty + ", " + ty + ")",
+                  pty);
+    };
+    auto sel = [&](const std::string& p, const std::string& a, const std::string& b) {
+      return line("select", {p, a, b}, " : (" + pty + ", " + ty + ", " + ty + ")", ty);
+    };
     std::string x = Name(n.operands[0]);
-    if (bf16) {
-      std::string c = fresh();
-      body_ << "    " << c << " = \"stablehlo.convert\"(" << x << ") : (" << T(out) << ") -> " << ty << "\n";
-      x = c;
-    }
+    if (bf16) x = line("convert", {x}, " : (" + T(out) + ")", ty);
+    std::string r;
     if (n.op == Op::kExp) {
       // exp underflows to 0 below the smallest normal result; there exp(x) = exp(x/2)^2 (x/2 exact,
       // one rounding into the denormal range), written exp(h) * select(small, exp(h), 1) so that
       // XLA's simplifier does not turn exp(h) * exp(h) back into exp(2h).
-      const std::string lo = splat(f64 ? -708.39641853226408 : -87.336544750553102), small = fresh();
-      body_ << "    " << small << " = \"stablehlo.compare\"(" << x << ", " << lo << ") {comparison_direction = "
-            << "#stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type FLOAT>} : (" << ty
-            << ", " << ty << ") -> " << pty << "\n";
-      const std::string half = splat(0.5), x2 = bin("multiply", x, half);
-      std::string xh = fresh();
-      body_ << "    " << xh << " = \"stablehlo.select\"(" << small << ", " << x2 << ", " << x
-            << ") : (" << pty << ", " << ty << ", " << ty << ") -> " << ty << "\n";
-      std::string e = fresh();
-      body_ << "    " << e << " = \"stablehlo.exponential\"(" << xh << ") : (" << ty << ") -> " << ty << "\n";
-      const std::string one = splat(1.0);
-      std::string f = fresh();
-      body_ << "    " << f << " = \"stablehlo.select\"(" << small << ", " << e << ", " << one << ") : (" << pty << ", "
-            << ty << ", " << ty << ") -> " << ty << "\n";
-      std::string res = Fresh();
-      names_[&n] = res;
-      std::string r = bf16 ? fresh() : res;
-      body_ << "    " << r << " = \"stablehlo.multiply\"(" << e << ", " << f << ") : (" << ty << ", " << ty << ") -> "
-            << ty << "\n";
-      if (bf16) body_ << "    " << res << " = \"stablehlo.convert\"(" << r << ") : (" << ty << ") -> " << T(out) << "\n";
-      return true;
-    }
-    const std::string tiny = splat(f64 ? 0x1p-1022 : 0x1p-126), small = fresh();
-    body_ << "    " << small << " = \"stablehlo.compare\"(" << x << ", " << tiny << ") {comparison_direction = #stablehlo<comparison_direction LT>, compare_type = "
-             "#stablehlo<comparison_type FLOAT>} : (" << ty << ", " << ty << ") -> " << pty << "\n";
-    auto select = [&](const std::string& a, const std::string& b, std::string r = "") {
-      if (r.empty()) r = fresh();
-      body_ << "    " << r << " = \"stablehlo.select\"(" << small << ", " << a << ", " << b << ") : (" << pty << ", "
-            << ty << ", " << ty << ") -> " << ty << "\n";
-      return r;
-    };
-    const std::string scale = splat(std::ldexp(1.0, k));
-    std::string xs = select(bin("multiply", x, scale), x);
-    std::string f = fresh();
-    body_ << "    " << f << " = \"stablehlo." << (n.op == Op::kLog ? "log" : "rsqrt") << "\"(" << xs << ") : (" << ty
-          << ") -> " << ty << "\n";
-    const std::string fix = splat(n.op == Op::kLog ? k * 0.69314718055994530942 : std::ldexp(1.0, k / 2));
-    std::string fixed = bin(n.op == Op::kLog ? "subtract" : "multiply", f, fix);
-    std::string res = Fresh();
-    names_[&n] = res;
-    if (bf16) {
-      std::string r = select(fixed, f);
-      body_ << "    " << res << " = \"stablehlo.convert\"(" << r << ") : (" << ty << ") -> " << T(out) << "\n";
+      const std::string small = less(x, splat(f64 ? -708.39641853226408 : -87.336544750553102));
+      const std::string e = un("exponential", sel(small, bin("multiply", x, splat(0.5)), x));
+      r = bin("multiply", e, sel(small, e, splat(1.0)));
     } else {
-      select(fixed, f, res);
+      const std::string small = less(x, splat(f64 ? 0x1p-1022 : 0x1p-126));
+      const int k = f64 ? 54 : 24;
+      const std::string f = un(n.op == Op::kLog ? "log" : "rsqrt", sel(small, bin("multiply", x, splat(std::ldexp(1.0, k))), x));
+      const std::string fixed = n.op == Op::kLog ? bin("subtract", f, splat(k * 0.69314718055994530942))
+                                                 : bin("multiply", f, splat(std::ldexp(1.0, k / 2)));
+      r = sel(small, fixed, f);
     }
+    // The node's name: r itself, or r converted back to bf16.
+    names_[&n] = bf16 ? line("convert", {r}, " : (" + ty + ")", T(out), Fresh()) : r;
     return true;
   }
 
