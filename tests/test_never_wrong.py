@@ -1473,3 +1473,81 @@ def test_searchsorted_and_bucketize_follow_eagers_binary_search(right):
     s, v = torch.randn(3, 17).sort(-1).values, torch.randn(3, 5)
     got = torch.searchsorted(s.to(DEV), v.to(DEV), right=right, out_int32=True).cpu()
     assert torch.equal(got, torch.searchsorted(s, v, right=right, out_int32=True))
+
+
+def _maxpool_input(shape, dt, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g)
+    if dt.is_floating_point:
+        x = x.round()  # ties everywhere
+        flat = x.view(-1)
+        flat[1::7] = float("nan")
+        flat[2::11] = -0.0
+        flat[3::13] = 0.0
+        x.view(x.shape[0], x.shape[1], -1)[-1, -1, : 2 * x.shape[-1]] = float("-inf")  # whole -inf windows
+        return x.to(dt)
+    return (x * 3).round().to(dt)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.uint8])
+@pytest.mark.parametrize("nsp,shape,k,s,p,dil,ceil", [
+    (2, (2, 3, 9, 9), 3, 2, 1, 1, False),        # ResNet stem: padding windows
+    (2, (2, 2, 8, 8), 2, 2, 0, 1, True),
+    (2, (1, 2, 7, 7), 3, 1, 1, 1, False),         # overlapping windows: an element is the max of up to 9
+    (2, (1, 1, 5, 5), 2, 3, 1, 1, True),          # ceil_mode windows hanging over the edge
+    (2, (2, 2, 6, 7), (2, 3), (1, 2), (1, 1), 1, True),
+    (2, (1, 2, 9, 9), 3, 1, 1, 2, False),         # dilation
+    (2, (1, 2, 12, 12), 9, 3, 4, 1, False),       # 81 taps: the reduce_window path
+    (3, (1, 2, 5, 6, 6), 3, 2, 1, 1, False),
+    (3, (1, 1, 6, 5, 5), (2, 3, 2), (1, 2, 2), 0, 2, True),
+])
+def test_max_pool_picks_eager_element(dt, nsp, shape, k, s, p, dil, ceil):
+    """Max pooling values, indices and input gradient bit-equal to eager's CPU kernel: its scan keeps
+    the first of equal values (the sign of a zero), a later NaN replaces an earlier one, and a window
+    of -inf points at its first in-bounds element (we returned -1 there, and the first NaN)."""
+    pool = F.max_pool2d if nsp == 2 else F.max_pool3d
+    x = _maxpool_input(shape, dt, 0)
+    kw = dict(kernel_size=k, stride=s, padding=p, dilation=dil, ceil_mode=ceil, return_indices=True)
+    v, i = pool(x, **kw)
+    xv, xi = pool(x.to(DEV), **kw)
+    xv, xi = xv.cpu(), xi.cpu()
+    assert xv.dtype == v.dtype and xv.shape == v.shape
+    assert torch.equal(xi, i)
+    assert torch.equal(v.isnan(), xv.isnan())
+    keep = ~v.isnan() if dt.is_floating_point else torch.ones_like(v, dtype=torch.bool)
+    assert torch.equal(v[keep], xv[keep]) and torch.equal(torch.signbit(v[keep]), torch.signbit(xv[keep]))
+    if dt.is_floating_point:
+        kw.pop("return_indices")
+        g = torch.randn(v.shape, generator=torch.Generator().manual_seed(1)).to(dt)
+        xc = x.clone().requires_grad_()
+        pool(xc, **kw).backward(g)
+        xx = x.to(DEV).requires_grad_()
+        pool(xx, **kw).backward(g.to(DEV))
+        assert torch.equal(xx.grad.cpu(), xc.grad)
+
+
+def test_max_pool_indices_not_computed_when_unread():
+    """A max pooling whose indices nothing reads (inference, or the values alone) computes no index
+    and no reduce_window: the values are an unrolled running max over the window's taps."""
+    x = torch.randn(2, 3, 16, 16).to(DEV)
+    y = F.max_pool2d(x, 3, 2, 1)
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([y])
+    assert "reduce_window" not in hlo and "2x3x8x8xi64" not in hlo  # no index array computed
+    assert torch.equal(y.cpu(), F.max_pool2d(x.cpu(), 3, 2, 1))
+
+
+def test_max_pool_backward_with_given_indices():
+    """The backward op called with indices of the caller's choosing (not a pooling's) routes each
+    gradient to that index, as eager; an index outside its plane is dropped."""
+    A = torch.ops.aten
+    x = torch.randn(2, 1, 4, 4)
+    g = torch.arange(1.0, 9.0).view(2, 1, 2, 2)
+    idx = torch.tensor([[[[0, 5], [5, 15]]], [[[3, 3], [12, 0]]]])
+    ref = A.max_pool2d_with_indices_backward(g, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+    got = A.max_pool2d_with_indices_backward(g.to(DEV), x.to(DEV), [2, 2], [2, 2], [0, 0], [1, 1], False, idx.to(DEV))
+    assert torch.equal(got.cpu(), ref)
+    bad = torch.tensor([[[[0, 16], [-1, 15]]], [[[3, 3], [12, 0]]]])
+    got = A.max_pool2d_with_indices_backward(g.to(DEV), x.to(DEV), [2, 2], [2, 2], [0, 0], [1, 1], False, bad.to(DEV))
+    want = ref.clone()
+    want[0, 0].view(-1)[5] -= 2 + 3
+    assert torch.equal(got.cpu(), want)

@@ -100,7 +100,11 @@ enum class Op : uint16_t {
 const char* OpName(Op op);
 
 enum class CompareDir : int64_t { kEQ = 0, kNE, kLT, kLE, kGT, kGE };
-enum class ReduceKind : int64_t { kSum = 0, kProd, kMax, kMin, kAnd, kOr };
+// kMaxRunning: eager's running max over a window (max pooling): starting from the init value, each
+// element replaces the accumulator when it is greater or NaN, so ties keep the earlier element (the
+// sign of a zero) and a NaN is kept. Order-dependent: only for reduce_window, whose reducer XLA applies
+// as (accumulator, element) in window order.
+enum class ReduceKind : int64_t { kSum = 0, kProd, kMax, kMin, kAnd, kOr, kMaxRunning };
 enum class ArgKind : int64_t { kArgMax = 0, kArgMin };
 
 // Attributes: a few integer lists plus a scalar, interpreted per op (see builders).

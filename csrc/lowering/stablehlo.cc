@@ -239,7 +239,7 @@ class Emitter {
       case R::kProd: return ScalarConst(1, 1, t);
       case R::kAnd: return ScalarConst(1, 1, t);
       case R::kOr: return ScalarConst(0, 0, t);
-      case R::kMax: return fl ? ScalarConst(-inf, 0, t) : ScalarConst(0, IntMin(t), t);
+      case R::kMax: case R::kMaxRunning: return fl ? ScalarConst(-inf, 0, t) : ScalarConst(0, IntMin(t), t);
       case R::kMin: return fl ? ScalarConst(inf, 0, t) : ScalarConst(0, IntMax(t), t);
     }
     return "";
@@ -272,7 +272,7 @@ class Emitter {
     switch (k) {
       case R::kSum: return t == DType::kPred ? "stablehlo.or" : "stablehlo.add";
       case R::kProd: return t == DType::kPred ? "stablehlo.and" : "stablehlo.multiply";
-      case R::kMax: return "stablehlo.maximum";
+      case R::kMax: case R::kMaxRunning: return "stablehlo.maximum";
       case R::kMin: return "stablehlo.minimum";
       case R::kAnd: return "stablehlo.and";
       case R::kOr: return "stablehlo.or";
@@ -387,6 +387,7 @@ class Emitter {
 
   // The region of a reduction of kind k over scalars of type t (NaN-propagating max/min for floats).
   std::string ReducerRegion(ir::ReduceKind k, DType t) {
+    if (k == ir::ReduceKind::kMaxRunning) return RunningMaxRegion(t, /*keep=*/false);
     bool minmax = k == ir::ReduceKind::kMax || k == ir::ReduceKind::kMin;
     if (!minmax || !ir::IsFloating(t)) return BinaryRegion(ReducerOp(k, t), t);
     std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++);
@@ -762,8 +763,9 @@ class Emitter {
     std::string initi = ScalarConst(0, -1, DType::kS64);
     std::string st = ScalarT(t), it = ScalarT(DType::kS64), pt = ScalarT(DType::kPred);
     auto r = [&]() { return "%r" + std::to_string(next_++); };
-    std::string av = r(), ai = r(), bv = r(), bi = r(), gt = r(), eq = r(), lt = r(), tie = r(), pick = r(), nan = r(),
-                pick2 = r(), binvalid = r(), pick3 = r(), v = r(), i = r(), minus1 = r();
+    std::string av = r(), ai = r(), bv = r(), bi = r(), gt = r(), eq = r(), lt = r(), tie = r(), pick = r(),
+                binvalid = r(), pick3 = r(), v = r(), i = r(), minus1 = r(), ainvalid = r(), avalid = r(),
+                pick_b_inv = r();
     const char* ct = CompareType(t);
     std::ostringstream rg;
     auto cmp = [&](const std::string& res, const std::string& a, const std::string& b, const char* dir,
@@ -772,6 +774,19 @@ class Emitter {
          << ") {comparison_direction = #stablehlo<comparison_direction " << dir
          << ">, compare_type = #stablehlo<comparison_type " << ctype << ">} : (" << ty << ", " << ty << ") -> " << pt << "\n";
     };
+    auto bin = [&](const std::string& res, const char* op, const std::string& a, const std::string& b) {
+      rg << "      " << res << " = \"stablehlo." << op << "\"(" << a << ", " << b << ") : (" << pt << ", " << pt
+         << ") -> " << pt << "\n";
+    };
+    auto sel = [&](const std::string& res, const std::string& c, const std::string& a, const std::string& b) {
+      rg << "      " << res << " = \"stablehlo.select\"(" << c << ", " << a << ", " << b << ") : (" << pt << ", " << pt
+         << ", " << pt << ") -> " << pt << "\n";
+    };
+    // Eager's scan (a later element replaces the running max when greater or NaN) as an
+    // order-free rule over flat indices, which grow in scan order: with a NaN in either, the NaN
+    // of the larger index wins; else the greater value, ties to the smaller index. Invalid entries
+    // (init and padding: index -1) never win over a real element, so a window of -inf picks its
+    // first element as eager does.
     rg << "{\n    ^bb0(" << av << ": " << st << ", " << ai << ": " << it << ", " << bv << ": " << st << ", " << bi << ": "
        << it << "):\n";
     cmp(gt, av, bv, "GT", st, ct);
@@ -779,20 +794,27 @@ class Emitter {
     cmp(lt, ai, bi, "LT", it, "SIGNED");
     rg << "      " << minus1 << " = \"stablehlo.constant\"() {value = dense<-1> : " << it << "} : () -> " << it << "\n";
     cmp(binvalid, bi, minus1, "EQ", it, "SIGNED");
-    rg << "      " << tie << " = \"stablehlo.and\"(" << eq << ", " << lt << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
-    rg << "      " << pick << " = \"stablehlo.or\"(" << gt << ", " << tie << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
-    if (ir::IsFloating(t)) {
-      cmp(nan, av, av, "NE", st, ct);
-      rg << "      " << pick2 << " = \"stablehlo.or\"(" << pick << ", " << nan << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
-    } else {
-      pick2 = pick;
-    }
-    // An invalid (padding/init) b never wins over a real a.
-    std::string ainvalid = r(), notainv = r(), pick_b_inv = r();
     cmp(ainvalid, ai, minus1, "EQ", it, "SIGNED");
-    rg << "      " << notainv << " = \"stablehlo.not\"(" << ainvalid << ") : (" << pt << ") -> " << pt << "\n";
-    rg << "      " << pick_b_inv << " = \"stablehlo.and\"(" << binvalid << ", " << notainv << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
-    rg << "      " << pick3 << " = \"stablehlo.or\"(" << pick2 << ", " << pick_b_inv << ") : (" << pt << ", " << pt << ") -> " << pt << "\n";
+    rg << "      " << avalid << " = \"stablehlo.not\"(" << ainvalid << ") : (" << pt << ") -> " << pt << "\n";
+    std::string tie0 = r();
+    bin(tie0, "and", eq, lt);
+    bin(tie, "and", tie0, avalid);
+    bin(pick, "or", gt, tie);
+    bin(pick_b_inv, "and", binvalid, avalid);
+    if (ir::IsFloating(t)) {
+      std::string na = r(), nb = r(), anynan = r(), notnb = r(), gti = r(), later = r(), nanpick = r(), ordinary = r();
+      cmp(na, av, av, "NE", st, ct);
+      cmp(nb, bv, bv, "NE", st, ct);
+      bin(anynan, "or", na, nb);
+      rg << "      " << notnb << " = \"stablehlo.not\"(" << nb << ") : (" << pt << ") -> " << pt << "\n";
+      cmp(gti, ai, bi, "GT", it, "SIGNED");
+      bin(later, "or", notnb, gti);
+      bin(nanpick, "and", na, later);
+      bin(ordinary, "or", pick, pick_b_inv);
+      sel(pick3, anynan, nanpick, ordinary);
+    } else {
+      bin(pick3, "or", pick, pick_b_inv);
+    }
     rg << "      " << v << " = \"stablehlo.select\"(" << pick3 << ", " << av << ", " << bv << ") : (" << pt << ", " << st << ", " << st << ") -> " << st << "\n";
     rg << "      " << i << " = \"stablehlo.select\"(" << pick3 << ", " << ai << ", " << bi << ") : (" << pt << ", " << it << ", " << it << ") -> " << it << "\n";
     rg << "      \"stablehlo.return\"(" << v << ", " << i << ") : (" << st << ", " << it << ") -> ()\n    }";
@@ -826,16 +848,44 @@ class Emitter {
           << T(n.shapes[0]) << "\n";
   }
 
+  // Max pooling's running max as a region over (a = accumulator / selected, b = next element): b
+  // replaces a when b > a or b is NaN (eager's CPU kernels: ties keep the earlier element, a NaN
+  // wins and stays). keep = false: the region returns the winner (reduce_window); keep = true: it
+  // returns whether a stays selected (select_and_scatter's select).
+  std::string RunningMaxRegion(DType t, bool keep) {
+    std::string st = ScalarT(t), pt = ScalarT(DType::kPred);
+    auto r = [&]() { return "%r" + std::to_string(next_++); };
+    std::string a = r(), b = r(), gt = r(), take = gt, res = r();
+    std::string s = "{\n    ^bb0(" + a + ": " + st + ", " + b + ": " + st + "):\n";
+    auto cmp = [&](const std::string& out, const std::string& x, const std::string& y, const char* dir) {
+      s += "      " + out + " = \"stablehlo.compare\"(" + x + ", " + y +
+           ") {comparison_direction = #stablehlo<comparison_direction " + dir +
+           ">, compare_type = #stablehlo<comparison_type " + CompareType(t) + ">} : (" + st + ", " + st + ") -> " +
+           pt + "\n";
+    };
+    cmp(gt, b, a, "GT");
+    if (ir::IsFloating(t)) {
+      std::string nb = r();
+      take = r();
+      cmp(nb, b, b, "NE");
+      s += "      " + take + " = \"stablehlo.or\"(" + gt + ", " + nb + ") : (" + pt + ", " + pt + ") -> " + pt + "\n";
+    }
+    if (keep) {
+      s += "      " + res + " = \"stablehlo.not\"(" + take + ") : (" + pt + ") -> " + pt + "\n";
+      return s + "      \"stablehlo.return\"(" + res + ") : (" + pt + ") -> ()\n    }";
+    }
+    s += "      " + res + " = \"stablehlo.select\"(" + take + ", " + b + ", " + a + ") : (" + pt + ", " + st + ", " +
+         st + ") -> " + st + "\n";
+    return s + "      \"stablehlo.return\"(" + res + ") : (" + st + ") -> ()\n    }";
+  }
+
+  // Max pooling's input gradient without indices: each window's source value is added at the
+  // element eager's forward picked (RunningMaxRegion); XLA visits a window's in-bounds elements in
+  // order, starting from the first, and adds the source values in output order, as eager does.
   void EmitSelectAndScatter(const Node& n) {
     DType t = n.operands[0].dtype();
-    std::string st = ScalarT(t), pt = ScalarT(DType::kPred);
-    std::string a = "%r" + std::to_string(next_++), b = "%r" + std::to_string(next_++), c = "%r" + std::to_string(next_++);
-    std::string select = "{\n    ^bb0(" + a + ": " + st + ", " + b + ": " + st + "):\n      " + c +
-                         " = \"stablehlo.compare\"(" + a + ", " + b +
-                         ") {comparison_direction = #stablehlo<comparison_direction GE>, compare_type = "
-                         "#stablehlo<comparison_type " + CompareType(t) + ">} : (" + st + ", " + st + ") -> " + pt +
-                         "\n      \"stablehlo.return\"(" + c + ") : (" + pt + ") -> ()\n    }";
-    std::string scatter = BinaryRegion("stablehlo.add", t);
+    std::string select = RunningMaxRegion(t, /*keep=*/true);
+    std::string scatter = BinaryRegion("stablehlo.add", n.operands[1].dtype());
     Line(n, "stablehlo.select_and_scatter",
          "padding = " + PaddingAttr(n.attrs.ints[2]) + ", window_dimensions = " + I64Array(n.attrs.ints[0]) +
              ", window_strides = " + I64Array(n.attrs.ints[1]),

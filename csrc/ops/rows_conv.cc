@@ -1,6 +1,7 @@
 // Op table rows: convolution (forward, input and weight gradients, transposed), pooling and
 // batch norm (train and eval, running statistics as eager).
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "ops/rows.h"
@@ -258,7 +259,9 @@ Value AdaptiveAvg1d(const Value& x, int64_t dim, int64_t out) {
   return ir::Binary(Op::kDiv, sum, len);
 }
 
-// Max pooling's input gradient: each output's grad added at its flat (per-plane) argmax index.
+// Max pooling's input gradient: each output's grad added at its flat (per-plane) argmax index,
+// as one scatter into the flattened input (plane * area + index; an index outside its plane is
+// dropped, as XLA drops out-of-bounds updates).
 Value MaxPoolGradFromIndices(const Value& dy, const Value& x, const Value& idx, int nsp) {
   int r = x.rank();
   int64_t planes = 1, area = 1;
@@ -266,13 +269,87 @@ Value MaxPoolGradFromIndices(const Value& dy, const Value& x, const Value& idx, 
   for (int i = r - nsp; i < r; ++i) area *= x.dims()[i];
   int64_t m = dy.shape().numel() / std::max<int64_t>(planes, 1);
   ir::Shape is(DType::kS64, {planes, m});
-  Value rows_ = ir::Iota(is, 0);
   Value cols = Cast(ir::Reshape(idx, {planes, m}), DType::kS64);
-  Value both = ir::Concatenate({ir::Reshape(rows_, {planes * m, 1}), ir::Reshape(cols, {planes * m, 1})}, 1);
+  Value inside = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGE, cols, ir::Full(0, is)),
+                            ir::Compare(CompareDir::kLT, cols, ir::Full(static_cast<double>(area), is)));
+  Value flat = ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Iota(is, 0), ir::Full(static_cast<double>(area), is)), cols);
+  flat = ir::Select(inside, flat, ir::Full(-1, is));
   Value upd = ir::Reshape(dy, {planes * m});
-  Value zeros = ir::Full(0, ir::Shape(dy.dtype(), {planes, area}));
-  Value g = ir::Scatter(zeros, both, upd, {}, {0, 1}, {0, 1}, 1, 1);
+  Value zeros = ir::Full(0, ir::Shape(dy.dtype(), {planes * area}));
+  Value g = ir::Scatter(zeros, ir::Reshape(flat, {planes * m, 1}), upd, {}, {0}, {0}, 1, 1);
   return ir::Reshape(g, x.dims());
+}
+
+constexpr int64_t kMaxPoolTaps = 64;  // windows of up to this many elements are unrolled
+
+std::pair<Value, Value> MaxPoolTaps(const Value& x, const PoolGeom& g, int nsp) {
+  int r = x.rank(), lead = r - nsp;
+  DType t = x.dtype();
+  std::vector<int64_t> low(r, 0), high(r, 0), zeros(r, 0), od = x.dims();
+  for (int q = 0; q < nsp; ++q) {
+    low[lead + q] = g.padding[2 * (lead + q)];
+    high[lead + q] = g.padding[2 * (lead + q) + 1];
+    od[lead + q] = g.out[q];
+  }
+  Value xp = ir::Pad(x, ir::Constant(0, t), low, high, zeros);
+  ir::Shape os(DType::kS64, od);
+  // Per spatial dim q: the input row/column o * s - p that tap 0 of output o reads.
+  std::vector<Value> base_q(nsp);
+  Value flat_base;
+  int64_t plane_stride = 1;
+  std::vector<int64_t> in_stride(nsp);
+  for (int q = nsp - 1; q >= 0; --q) { in_stride[q] = plane_stride; plane_stride *= x.dims()[lead + q]; }
+  for (int q = 0; q < nsp; ++q) {
+    ir::Shape vs(DType::kS64, {g.out[q]});
+    base_q[q] = ir::Binary(Op::kSub, ir::Binary(Op::kMul, ir::Iota(vs, 0), ir::Full(static_cast<double>(g.strides[lead + q]), vs)),
+                           ir::Full(static_cast<double>(low[lead + q]), vs));
+    Value term = ir::BroadcastInDim(ir::Binary(Op::kMul, base_q[q], ir::Full(static_cast<double>(in_stride[q]), vs)), od, {lead + q});
+    flat_base = flat_base ? ir::Binary(Op::kAdd, flat_base, term) : term;
+  }
+  int64_t taps = 1;
+  for (int q = 0; q < nsp; ++q) taps *= g.window[lead + q];
+  Value v, off, have;  // have: some in-bounds element seen (null once statically true everywhere)
+  bool have_all = false;
+  for (int64_t tap = 0; tap < taps; ++tap) {
+    std::vector<int64_t> ij(nsp);
+    for (int64_t rem = tap, q = nsp - 1; q >= 0; --q) { ij[q] = rem % g.window[lead + q]; rem /= g.window[lead + q]; }
+    std::vector<int64_t> start(r, 0), limit = xp.dims(), str(r, 1);
+    int64_t c = 0;
+    Value valid;
+    for (int q = 0; q < nsp; ++q) {
+      int64_t s = g.strides[lead + q], d = g.dilation[lead + q], in = x.dims()[lead + q], k0 = ij[q] * d;
+      start[lead + q] = k0;
+      limit[lead + q] = k0 + (g.out[q] - 1) * s + 1;
+      str[lead + q] = s;
+      c += k0 * in_stride[q];
+      int64_t first = k0 - low[lead + q], last = first + (g.out[q] - 1) * s;
+      if (first >= 0 && last < in) continue;  // this tap is in bounds for every output along q
+      ir::Shape vs(DType::kS64, {g.out[q]});
+      Value pos = ir::Binary(Op::kAdd, base_q[q], ir::Full(static_cast<double>(k0), vs));
+      Value ok = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kGE, pos, ir::Full(0, vs)),
+                            ir::Compare(CompareDir::kLT, pos, ir::Full(static_cast<double>(in), vs)));
+      ok = ir::BroadcastInDim(ok, od, {lead + q});
+      valid = valid ? ir::Binary(Op::kAnd, valid, ok) : ok;
+    }
+    Value tv = ir::Slice(xp, start, limit, str);
+    Value cv = ir::Full(static_cast<double>(c), os);
+    if (!v) {
+      v = tv;
+      off = cv;
+      if (valid) have = valid; else have_all = true;
+      continue;
+    }
+    Value take = ir::Compare(CompareDir::kGT, tv, v);
+    if (ir::IsFloating(t)) take = ir::Binary(Op::kOr, take, ir::Compare(CompareDir::kNE, tv, tv));
+    if (!have_all) take = ir::Binary(Op::kOr, take, ir::Unary(Op::kNot, have));
+    if (valid) take = ir::Binary(Op::kAnd, take, valid);
+    v = ir::Select(take, tv, v);
+    off = ir::Select(take, cv, off);
+    if (!have_all) {
+      if (valid) have = ir::Binary(Op::kOr, have, valid); else { have_all = true; have = Value(); }
+    }
+  }
+  return {v, ir::Binary(Op::kAdd, flat_base, off)};
 }
 
 // x's dim `dim` (size I) mapped through m [O, I]: the result has O at `dim`.
@@ -527,7 +604,21 @@ void AddConvRows(std::vector<OpRow>& rows) {
       Value x = a.V(0);
       if (nsp == 3 && ((x.rank() != 4 && x.rank() != 5) || x.dtype() == DType::kPred)) throw NotLowered{};  // eager's errors
       PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), a.Ints(4), a.Bool(5));
+      int64_t taps = 1;
+      for (int64_t k : g.window) taps *= k;
+      if (taps <= kMaxPoolTaps && x.dtype() != DType::kPred) {
+        auto [vals, idx] = MaxPoolTaps(x, g, nsp);
+        return {vals, idx};
+      }
+      // Large windows: one variadic reduce_window (values and indices); values alone through
+      // eager's running max, so a pooling whose indices nobody reads skips them.
       auto [vals, idx] = ir::ArgMaxWindow(x, g.window, g.strides, g.dilation, g.padding, nsp);
+      if (ir::IsFloating(x.dtype())) {
+        std::vector<int64_t> ones(x.rank(), 1);
+        vals = ir::ReduceWindow(ir::ReduceKind::kMaxRunning, x,
+                                ir::Constant(-std::numeric_limits<double>::infinity(), x.dtype()), g.window, g.strides,
+                                ones, g.dilation, g.padding);
+      }
       return {vals, idx};
     }});
     rows.push_back({"max_pool" + nd + "_with_indices_backward", [nsp](OpArgs& a) -> V {
