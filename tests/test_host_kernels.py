@@ -174,7 +174,12 @@ def test_spmd_graphs_keep_xla_dots_even_when_use_spmd_comes_first():
 
 
 def test_default_is_convolutions_only_and_a_bad_kind_is_refused():
-    _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, True), _C._host_kernels()\n"))
+    _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, True), _C._host_kernels()\n"
+                    "assert _C._host_reductions()\n"))
+    _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, True) and not _C._host_reductions()\n",
+                    TORCH_XLA_HOST_KERNELS="conv"))
+    _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, False) and _C._host_reductions()\n",
+                    TORCH_XLA_HOST_KERNELS="reduce"))
     out = _run("import torch, torch_xla\ntorch.zeros(2).to(torch_xla.device())\n", TORCH_XLA_HOST_KERNELS="gemm")
     assert out.returncode != 0 and "TORCH_XLA_HOST_KERNELS: unknown kind 'gemm'" in out.stderr, out.stderr[-2000:]
 
@@ -187,6 +192,7 @@ def test_export_is_portable_stablehlo():
     text = shlo.get_stablehlo_text()
     assert "txla_aten" not in text and "convolution" in text
     assert _C._host_kernels() == (True, True)  # restored
+    assert _C._host_reductions()
     got = shlo(x)
     got = got[0] if isinstance(got, (tuple, list)) else got
     torch.testing.assert_close(got.cpu(), m(x), rtol=1e-4, atol=1e-5)
@@ -241,3 +247,70 @@ def test_tdot_kind_and_kernel_threads_from_env():
     _assert_ok(_run(code, TORCH_XLA_HOST_KERNELS="conv,tdot", TORCH_XLA_HOST_KERNEL_THREADS="1"))
     out = _run("import torch, torch_xla\ntorch.zeros(2).to(torch_xla.device())\n", TORCH_XLA_HOST_KERNEL_THREADS="two")
     assert out.returncode != 0 and "TORCH_XLA_HOST_KERNEL_THREADS=two" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.fixture
+def _reductions_on():
+    before = _C._host_reductions()
+    _C._set_host_reductions(True)
+    yield
+    _C._set_host_reductions(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_column_sums_run_aten_and_equal_eager_bitwise(dtype, _reductions_on):
+    """Kind "reduce": a large floating sum that keeps the minor dimension (bias and norm-weight
+    gradients) runs ATen's sum kernel, so it equals eager's sum bit for bit."""
+    torch.manual_seed(3)
+    cases = {
+        "rows of a matrix": (lambda t: t.sum(0), torch.randn(1024, 512, dtype=dtype)),
+        "two leading dims": (lambda t: t.sum((0, 1)), torch.randn(16, 64, 256, dtype=dtype)),
+        "middle dim, keepdim": (lambda t: t.sum(1, keepdim=True), torch.randn(8, 300, 40, dtype=dtype)),
+        "negative dims": (lambda t: t.sum((-3, -2)), torch.randn(4, 33, 65, 16, dtype=dtype)),
+        "of a product": (lambda t: (t * t).sum(0), torch.randn(512, 128, dtype=dtype)),
+    }
+    for name, (fn, x) in cases.items():
+        got_t = fn(x.to(DEV))
+        assert "txla_aten_sum" in _hlo(got_t), name
+        got, want = got_t.cpu(), fn(x)
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert torch.equal(got, want), (name, (got - want).abs().max())
+
+
+def test_linear_bias_gradient_equals_eager_bitwise(_reductions_on):
+    torch.manual_seed(4)
+    x, w, b, g = torch.randn(256, 96), torch.randn(128, 96), torch.randn(128), torch.randn(256, 128)
+    bc = b.clone().requires_grad_()
+    (F.linear(x, w, bc) * g).sum().backward()
+    bd = b.to(DEV).requires_grad_()
+    (F.linear(x.to(DEV), w.to(DEV), bd) * g.to(DEV)).sum().backward()
+    assert torch.equal(bd.grad.cpu(), bc.grad)
+
+
+def test_row_small_and_low_precision_sums_stay_xla(_reductions_on):
+    torch.manual_seed(5)
+    cases = {
+        "over the minor dim": (lambda t: t.sum(1), torch.randn(1024, 512)),
+        "over everything": (lambda t: t.sum(), torch.randn(1024, 512)),
+        "small": (lambda t: t.sum(0), torch.randn(64, 32)),
+        "int": (lambda t: t.sum(0), torch.randint(0, 9, (1024, 512))),
+        "size-1 dim": (lambda t: t.sum(0), torch.randn(1, 65536)),
+    }
+    for name, (fn, x) in cases.items():
+        got = fn(x.to(DEV))
+        assert "txla_aten_sum" not in _hlo(got), name
+        want = fn(x)
+        assert got.dtype == want.dtype, name
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_host_reductions_switch_off():
+    before = _C._host_reductions()
+    _C._set_host_reductions(False)
+    try:
+        x = torch.randn(1024, 512)
+        got = x.to(DEV).sum(0)
+        assert "txla_aten_sum" not in _hlo(got)
+        torch.testing.assert_close(got.cpu(), x.sum(0), rtol=1e-4, atol=1e-4)  # XLA's order of additions
+    finally:
+        _C._set_host_reductions(before)

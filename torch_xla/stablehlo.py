@@ -378,12 +378,14 @@ def exported_program_to_stablehlo(exported_model, options: Optional[StableHLOExp
     The program is portable StableHLO: host kernels (this process's ATen CPU custom calls, see the
     README) are off while it is traced."""
     from torch_xla import _C
-    kinds = _C._host_kernels()
+    kinds, reductions = _C._host_kernels(), _C._host_reductions()
     _C._set_host_kernels(False, False)
+    _C._set_host_reductions(False)
     try:
         return _exported_program_to_stablehlo(exported_model, options)
     finally:
         _C._set_host_kernels(*kinds)
+        _C._set_host_reductions(reductions)
 
 
 def _exported_program_to_stablehlo(exported_model, options):

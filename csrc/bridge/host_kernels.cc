@@ -207,6 +207,16 @@ class ScopedOmpThreads {
   int old_ = 0;
 };
 
+// operand x; params: the reduced dims (sorted); result: x summed over them, as eager's at::sum
+// (its vectorized cascade, the same rounding as eager's own sum of x).
+void Sum(Frame& f) {
+  if (f.args.size() != 1 || f.rets.size() != 1) throw std::invalid_argument("host sum: bad call");
+  // One thread: these sums are a few MB at most, and a second OpenMP team inside an executable
+  // competes with XLA's own threads (its idle members busy-wait).
+  ScopedOmpThreads one(1);
+  at::sum_out(f.rets[0], f.args[0], f.p, /*keepdim=*/false, f.rets[0].scalar_type());
+}
+
 template <void (*Kernel)(Frame&)>
 XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
   if (runtime::AnswerFfiMetadata(cf)) return nullptr;
@@ -228,19 +238,20 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
   }
 }
 
-// TORCH_XLA_HOST_KERNELS: "conv" (default: convolutions only), "dot" (every large dot), "tdot" (only
-// dots whose right operand is contracted along its minor dimension), "conv,dot" or "1"/"all" (both),
-// "0"/"none" (none; handlers not even registered).
+// TORCH_XLA_HOST_KERNELS: "conv,reduce" (default: convolutions and large sums), "dot" (every large
+// dot), "tdot" (only dots whose right operand is contracted along its minor dimension), "conv",
+// "reduce", any comma-separated list of these, "1"/"all" (every kind), "0"/"none" (none; handlers
+// not even registered).
 struct Kinds {
-  bool dots = false, convs = false, transposed_only = false;
+  bool dots = false, convs = false, transposed_only = false, reductions = false;
 };
 Kinds KindsFromEnv() {
   const char* v = std::getenv("TORCH_XLA_HOST_KERNELS");
-  std::string s = v ? v : "conv";
+  std::string s = v ? v : "conv,reduce";
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   Kinds k;
   bool all_dots = false;
-  if (s == "1" || s == "all" || s == "true") return {true, true};
+  if (s == "1" || s == "all" || s == "true") return {true, true, false, true};
   if (s == "0" || s == "none" || s == "false" || s.empty()) return k;
   size_t pos = 0;
   while (pos <= s.size()) {
@@ -254,9 +265,11 @@ Kinds KindsFromEnv() {
       k.transposed_only = true;
     } else if (w == "conv" || w == "convs") {
       k.convs = true;
+    } else if (w == "reduce" || w == "reductions" || w == "sum") {
+      k.reductions = true;
     } else if (!w.empty()) {
       throw std::invalid_argument("TORCH_XLA_HOST_KERNELS: unknown kind '" + w +
-                                  "' (expected conv, dot, tdot, all or 0, or a comma-separated list)");
+                                  "' (expected conv, dot, tdot, reduce, all or 0, or a comma-separated list)");
     }
     if (e == std::string::npos) break;
     pos = e + 1;
@@ -274,7 +287,7 @@ bool g_registered = false;
 // the same plugin reuses it. A plugin that refuses is used without host kernels, with a warning.
 void RegisterHostKernels(runtime::Client& client) {
   Kinds kinds = KindsFromEnv();
-  if ((!kinds.dots && !kinds.convs) || client.PlatformName() != "cpu") return;
+  if ((!kinds.dots && !kinds.convs && !kinds.reductions) || client.PlatformName() != "cpu") return;
   HostKernelThreads();  // a bad TORCH_XLA_HOST_KERNEL_THREADS is an error here, not in an execution
   static std::set<const void*> registered;
   if (!registered.count(client.api())) {
@@ -282,7 +295,10 @@ void RegisterHostKernels(runtime::Client& client) {
       const char* kernel;
       XLA_FFI_Handler* fn;
     };
-    const Entry entries[] = {{"dot", &Handle<Dot>}, {"conv", &Handle<Conv>}, {"conv_bwd", &Handle<ConvBackward>}};
+    const Entry entries[] = {{"dot", &Handle<Dot>},
+                             {"conv", &Handle<Conv>},
+                             {"conv_bwd", &Handle<ConvBackward>},
+                             {"sum", &Handle<Sum>}};
     try {
       for (const Entry& e : entries) {
         if (!client.RegisterFfiHandler(ir::HostKernelTarget(e.kernel), reinterpret_cast<void*>(e.fn), "host")) return;
@@ -296,9 +312,15 @@ void RegisterHostKernels(runtime::Client& client) {
   }
   g_registered = true;
   // SPMD graphs keep XLA's dots (use_spmd() may come before the client starts).
-  if (!graph::spmd::Enabled()) ir::SetHostKernels(kinds.dots, kinds.convs);
+  if (!graph::spmd::Enabled()) {
+    ir::SetHostKernels(kinds.dots, kinds.convs);
+    ir::SetHostReductions(kinds.reductions);
+  }
   ir::SetHostDotsTransposedOnly(kinds.transposed_only);
 }
+
+// Switches host reductions for graphs traced from now on (tests, export); only where registered.
+void SetHostReductionKind(bool on) { ir::SetHostReductions(on && g_registered && !graph::spmd::Enabled()); }
 
 // Switches the kinds for graphs traced from now on (tests, export); only where registered.
 void SetHostKernelKinds(bool dots, bool convs) {
@@ -318,6 +340,7 @@ void SetHostKernelKinds(bool dots, bool convs) {
 namespace txla::bridge {
 void RegisterHostKernels(runtime::Client&) {}
 void SetHostKernelKinds(bool, bool) {}
+void SetHostReductionKind(bool) {}
 }  // namespace txla::bridge
 
 #endif

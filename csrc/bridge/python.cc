@@ -28,6 +28,7 @@ void RegisterDynamoBindings(py::module& m);  // dynamo_py.cc
 void RegisterControlFlowBindings(py::module& m);  // control_flow_py.cc
 void RegisterHostKernels(runtime::Client& client);  // host_kernels.cc
 void SetHostKernelKinds(bool dots, bool convs);     // host_kernels.cc
+void SetHostReductionKind(bool on);                 // host_kernels.cc
 }
 
 namespace {
@@ -227,6 +228,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_host_kernels", [](bool dots, bool convs) {
     graph::GetClient();
     bridge::SetHostKernelKinds(dots, convs);
+  });
+  // Host reductions (large floating sums through ATen's sum kernel): on / switch. Starts the client.
+  m.def("_host_reductions", []() {
+    graph::GetClient();
+    return ir::HostReductions();
+  });
+  m.def("_set_host_reductions", [](bool on) {
+    graph::GetClient();
+    bridge::SetHostReductionKind(on);
   });
   // Denormals on XLA:CPU (runtime/fp_env.h): (handler registered, graphs keep denormals now,
   // intra-op pool threads cleared). Starts the client.

@@ -167,6 +167,7 @@ void Enable() {
   ClearCompileCache();
   // Host kernels are single-device custom calls XLA's partitioner could only replicate.
   ir::SetHostKernels(false, false);
+  ir::SetHostReductions(false);
   g_enabled = true;
 }
 

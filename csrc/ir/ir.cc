@@ -459,6 +459,13 @@ Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_i
     if (!std::binary_search(dims.begin(), dims.end(), i)) out.push_back(x.dims()[i]);
     else count *= x.dims()[i];
   }
+  // Column sums only (the minor dimension kept: bias and norm-weight gradients), where XLA:CPU is
+  // slowest (a reduce_window walking memory with a stride, in scalar code); a sum over the minor
+  // dimension usually fuses its producer, which a host call would first have to write out.
+  if (sum && count > 1 && HostReductions() && (x.dtype() == DType::kF32 || x.dtype() == DType::kF64) &&
+      x.shape().numel() >= kHostReduceMinElems && dims.back() != x.rank() - 1) {
+    return HostCall("sum", {x}, {Shape(x.dtype(), out)}, dims)[0];  // params: the reduced dims
+  }
   Attrs a;
   a.ints = {dims};
   a.n = static_cast<int64_t>(kind);
@@ -623,8 +630,12 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
 }
 
 namespace {
-std::atomic<bool> g_host_dots{false}, g_host_convs{false}, g_host_dots_transposed_only{false};
+std::atomic<bool> g_host_dots{false}, g_host_convs{false}, g_host_dots_transposed_only{false},
+    g_host_reductions{false};
 }  // namespace
+
+void SetHostReductions(bool on) { g_host_reductions.store(on); }
+bool HostReductions() { return g_host_reductions.load(std::memory_order_relaxed); }
 
 void SetHostDotsTransposedOnly(bool only) { g_host_dots_transposed_only.store(only); }
 bool HostDotsTransposedOnly() { return g_host_dots_transposed_only.load(std::memory_order_relaxed); }

@@ -293,6 +293,13 @@ bool HostDotsTransposedOnly();
 bool HostDots();
 bool HostConvs();
 bool HostKernels();  // either kind
+// Host reductions (kind "reduce"): large floating column sums (f32/f64, at least
+// kHostReduceMinElems elements, the minor dimension kept) run ATen's sum kernel: XLA:CPU reduces in
+// scalar code (and splits reductions over more than 32 elements into a reduce_window walking memory
+// with a stride and a reduce), 3-10x slower than ATen's vectorized cascade.
+void SetHostReductions(bool on);
+bool HostReductions();
+constexpr int64_t kHostReduceMinElems = 16384;
 // The custom-call target of host kernel `kernel` ("dot", "conv", "conv_bwd").
 std::string HostKernelTarget(const std::string& kernel);
 // A host-kernel call with explicit result shapes; returns one value per shape.
