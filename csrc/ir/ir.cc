@@ -459,15 +459,13 @@ Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_i
     if (!std::binary_search(dims.begin(), dims.end(), i)) out.push_back(x.dims()[i]);
     else count *= x.dims()[i];
   }
-  // Column sums (the minor dimension kept: bias and norm-weight gradients), where XLA:CPU is slowest
-  // (a reduce_window walking memory with a stride, in scalar code), and sums of arrays XLA writes
-  // out anyway (a host kernel's or a dot's result, an input: BatchNorm's sums of a convolution). A
-  // sum over the minor dimension of an elementwise expression stays XLA's: it fuses its producer,
-  // which a host call would first have to write out (measured slower on the ResNet-style step).
-  const bool materialized = x.node->op == Op::kHostCall || x.node->op == Op::kDeviceData ||
-                            x.node->op == Op::kDotGeneral || x.node->op == Op::kConvolution;
+  // Column sums only (the minor dimension kept: bias and norm-weight gradients), where XLA:CPU is
+  // slowest (a reduce_window walking memory with a stride, in scalar code). A sum over the minor
+  // dimension usually fuses its producer, which a host call would first have to write out; sending
+  // also the sums of arrays XLA writes out anyway (BatchNorm's mean of a convolution) to ATen did
+  // not measurably pay on the ResNet-style step.
   if (sum && count > 1 && HostReductions() && (x.dtype() == DType::kF32 || x.dtype() == DType::kF64) &&
-      x.shape().numel() >= kHostReduceMinElems && (dims.back() != x.rank() - 1 || materialized)) {
+      x.shape().numel() >= kHostReduceMinElems && dims.back() != x.rank() - 1) {
     return HostCall("sum", {x}, {Shape(x.dtype(), out)}, dims)[0];  // params: the reduced dims
   }
   Attrs a;
