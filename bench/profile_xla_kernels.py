@@ -122,7 +122,7 @@ def _step_fn(model):
 
 
 def _report(data, sort, top, dso=None):
-    cmd = ["perf", "report", "-i", data, "--no-children", "--sort", sort, "--stdio"]
+    cmd = ["perf", "report", "-i", data, "--no-children", "-g", "none", "--sort", sort, "--stdio"]
     if dso:
         cmd += ["--dso", dso]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
