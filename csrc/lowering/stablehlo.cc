@@ -879,9 +879,9 @@ class Emitter {
     return s + "      \"stablehlo.return\"(" + res + ") : (" + st + ") -> ()\n    }";
   }
 
-  // Max pooling's input gradient without indices: each window's source value is added at the
-  // element eager's forward picked (RunningMaxRegion); XLA visits a window's in-bounds elements in
-  // order, starting from the first, and adds the source values in output order, as eager does.
+  // select_and_scatter selecting as eager's max pooling does (RunningMaxRegion). No row builds it
+  // today: XLA:CPU rewrites it into a variadic reduce_window, slower than the scatter from indices
+  // that max pooling's backward uses (see MaxPoolTaps in ops/rows_conv.cc).
   void EmitSelectAndScatter(const Node& n) {
     DType t = n.operands[0].dtype();
     std::string select = RunningMaxRegion(t, /*keep=*/true);
