@@ -318,3 +318,70 @@ def test_host_reductions_switch_off():
         torch.testing.assert_close(got.cpu(), x.sum(0), rtol=1e-4, atol=1e-4)  # XLA's order of additions
     finally:
         _C._set_host_reductions(before)
+
+
+@pytest.fixture
+def _norms_on():
+    before = _C._host_norms()
+    _C._set_host_norms(True)
+    yield
+    _C._set_host_norms(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(8, 6, 10, 12), (5, 4, 7), (6, 3)])
+@pytest.mark.parametrize("affine,track", [(True, True), (False, True), (True, False)])
+def test_batch_norm_runs_aten_and_equals_eager_bitwise(dtype, shape, affine, track, _norms_on):
+    """Kind "norm" (opt-in): training-mode batch norm forward and backward run eager's CPU kernels,
+    so the output, the running statistics and every gradient equal eager's bit for bit."""
+    import copy
+    torch.manual_seed(6)
+    bn_c = (torch.nn.BatchNorm2d if len(shape) == 4 else torch.nn.BatchNorm1d)(
+        shape[1], affine=affine, track_running_stats=track).to(dtype)
+    if affine:
+        with torch.no_grad():
+            bn_c.weight.uniform_(0.5, 1.5)
+            bn_c.bias.uniform_(-1, 1)
+    bn_x = copy.deepcopy(bn_c).to(DEV)
+    x, g = torch.randn(*shape, dtype=dtype) * 3 + 1, torch.randn(*shape, dtype=dtype)
+    xc, xx = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    for _ in range(2):  # the second step reads the first one's running statistics
+        yc = bn_c(xc)
+        yc.backward(g)
+        yx = bn_x(xx)
+        assert "txla_aten_bn" in _hlo(yx)
+        yx.backward(g.to(DEV))
+    torch_xla.sync()
+    assert yx.dtype == yc.dtype and torch.equal(yx.cpu(), yc)
+    assert torch.equal(xx.grad.cpu(), xc.grad)
+    if affine:
+        assert torch.equal(bn_x.weight.grad.cpu(), bn_c.weight.grad)
+        assert torch.equal(bn_x.bias.grad.cpu(), bn_c.bias.grad)
+    if track:
+        assert torch.equal(bn_x.running_mean.cpu(), bn_c.running_mean)
+        assert torch.equal(bn_x.running_var.cpu(), bn_c.running_var)
+        assert bn_x.num_batches_tracked.item() == 2
+
+
+def test_batch_norm_eval_bf16_and_default_stay_xla(_norms_on):
+    torch.manual_seed(7)
+    bn = torch.nn.BatchNorm2d(4)
+    x = torch.randn(3, 4, 5, 5)
+    bn.eval()
+    got = bn.to(DEV)(x.to(DEV))
+    assert "txla_aten_bn" not in _hlo(got)  # inference: elementwise, XLA fuses it
+    torch.testing.assert_close(got.cpu(), bn.cpu()(x))
+    bn.train()
+    got = torch.nn.functional.batch_norm(x.bfloat16().to(DEV), None, None, training=True)
+    assert "txla_aten_bn" not in _hlo(got)
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.batch_norm(x.bfloat16(), None, None, training=True))
+    _C._set_host_norms(False)
+    got = bn.to(DEV)(x.to(DEV))
+    assert "txla_aten_bn" not in _hlo(got)
+    torch.testing.assert_close(got.cpu(), bn.cpu()(x), rtol=1e-5, atol=1e-5)
+
+
+def test_norm_kind_is_opt_in():
+    _assert_ok(_run(_HEADER + "assert not _C._host_norms()\n"))
+    _assert_ok(_run(_HEADER + "assert _C._host_norms() and _C._host_kernels() == (False, True)\n",
+                    TORCH_XLA_HOST_KERNELS="conv,norm"))

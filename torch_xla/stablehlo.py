@@ -378,14 +378,16 @@ def exported_program_to_stablehlo(exported_model, options: Optional[StableHLOExp
     The program is portable StableHLO: host kernels (this process's ATen CPU custom calls, see the
     README) are off while it is traced."""
     from torch_xla import _C
-    kinds, reductions = _C._host_kernels(), _C._host_reductions()
+    kinds, reductions, norms = _C._host_kernels(), _C._host_reductions(), _C._host_norms()
     _C._set_host_kernels(False, False)
     _C._set_host_reductions(False)
+    _C._set_host_norms(False)
     try:
         return _exported_program_to_stablehlo(exported_model, options)
     finally:
         _C._set_host_kernels(*kinds)
         _C._set_host_reductions(reductions)
+        _C._set_host_norms(norms)
 
 
 def _exported_program_to_stablehlo(exported_model, options):

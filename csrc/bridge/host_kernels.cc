@@ -16,6 +16,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -217,6 +219,57 @@ void Sum(Frame& f) {
   at::sum_out(f.rets[0], f.args[0], f.p, /*keepdim=*/false, f.rets[0].scalar_type());
 }
 
+double DoubleFromBits(int64_t b) {
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+
+// Training-mode batch norm, eager's kernel (batch_norm_cpu): operands (x, [w], [b], [rm, rv]);
+// params [has_w, has_b, has_stats, eps bits, momentum bits]; results (out, save_mean,
+// save_invstd, [rm, rv]): the running statistics are copied into their results, which ATen then
+// updates in place as eager updates the module's buffers.
+void BatchNorm(Frame& f) {
+  if (f.p.size() != 5) throw std::invalid_argument("host bn: malformed parameters");
+  bool has_w = f.p[0] != 0, has_b = f.p[1] != 0, stats = f.p[2] != 0;
+  size_t need = 1 + has_w + has_b + (stats ? 2 : 0);
+  if (f.args.size() != need || f.rets.size() != (stats ? 5u : 3u)) throw std::invalid_argument("host bn: bad call");
+  size_t k = 1;
+  std::optional<at::Tensor> w, b, rm, rv;
+  if (has_w) w = f.args[k++];
+  if (has_b) b = f.args[k++];
+  if (stats) {
+    f.rets[3].copy_(f.args[k++]);
+    f.rets[4].copy_(f.args[k++]);
+    rm = f.rets[3];
+    rv = f.rets[4];
+  }
+  at::native_batch_norm_out(f.rets[0], f.rets[1], f.rets[2], f.args[0], w, b, rm, rv, /*training=*/true,
+                            DoubleFromBits(f.p[4]), DoubleFromBits(f.p[3]));
+}
+
+// Its backward (batch_norm_backward_cpu, train=true): operands (dy, x, [w], save_mean, save_invstd);
+// params [has_w, eps bits, mask...]; one result per mask entry set.
+void BatchNormBackward(Frame& f) {
+  if (f.p.size() != 5) throw std::invalid_argument("host bn_bwd: malformed parameters");
+  bool has_w = f.p[0] != 0;
+  std::array<bool, 3> mask{f.p[2] != 0, f.p[3] != 0, f.p[4] != 0};
+  if (f.args.size() != 4u + has_w || f.rets.size() != static_cast<size_t>(mask[0] + mask[1] + mask[2])) {
+    throw std::invalid_argument("host bn_bwd: bad call");
+  }
+  size_t k = 2;
+  std::optional<at::Tensor> w;
+  if (has_w) w = f.args[k++];
+  const at::Tensor& mean = f.args[k++];
+  const at::Tensor& invstd = f.args[k++];
+  auto [gi, gw, gb] = at::native_batch_norm_backward(f.args[0], f.args[1], w, std::nullopt, std::nullopt, mean, invstd,
+                                                     /*train=*/true, DoubleFromBits(f.p[1]), mask);
+  size_t r = 0;
+  if (mask[0]) f.rets[r++].copy_(gi);
+  if (mask[1]) f.rets[r++].copy_(gw);
+  if (mask[2]) f.rets[r++].copy_(gb);
+}
+
 template <void (*Kernel)(Frame&)>
 XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
   if (runtime::AnswerFfiMetadata(cf)) return nullptr;
@@ -243,7 +296,7 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
 // "reduce", any comma-separated list of these, "1"/"all" (every kind), "0"/"none" (none; handlers
 // not even registered).
 struct Kinds {
-  bool dots = false, convs = false, transposed_only = false, reductions = false;
+  bool dots = false, convs = false, transposed_only = false, reductions = false, norms = false;
 };
 Kinds KindsFromEnv() {
   const char* v = std::getenv("TORCH_XLA_HOST_KERNELS");
@@ -251,7 +304,7 @@ Kinds KindsFromEnv() {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   Kinds k;
   bool all_dots = false;
-  if (s == "1" || s == "all" || s == "true") return {true, true, false, true};
+  if (s == "1" || s == "all" || s == "true") return {true, true, false, true, true};
   if (s == "0" || s == "none" || s == "false" || s.empty()) return k;
   size_t pos = 0;
   while (pos <= s.size()) {
@@ -267,9 +320,11 @@ Kinds KindsFromEnv() {
       k.convs = true;
     } else if (w == "reduce" || w == "reductions" || w == "sum") {
       k.reductions = true;
+    } else if (w == "norm" || w == "norms" || w == "bn") {
+      k.norms = true;
     } else if (!w.empty()) {
       throw std::invalid_argument("TORCH_XLA_HOST_KERNELS: unknown kind '" + w +
-                                  "' (expected conv, dot, tdot, reduce, all or 0, or a comma-separated list)");
+                                  "' (expected conv, dot, tdot, reduce, norm, all or 0, or a comma-separated list)");
     }
     if (e == std::string::npos) break;
     pos = e + 1;
@@ -287,7 +342,7 @@ bool g_registered = false;
 // the same plugin reuses it. A plugin that refuses is used without host kernels, with a warning.
 void RegisterHostKernels(runtime::Client& client) {
   Kinds kinds = KindsFromEnv();
-  if ((!kinds.dots && !kinds.convs && !kinds.reductions) || client.PlatformName() != "cpu") return;
+  if ((!kinds.dots && !kinds.convs && !kinds.reductions && !kinds.norms) || client.PlatformName() != "cpu") return;
   HostKernelThreads();  // a bad TORCH_XLA_HOST_KERNEL_THREADS is an error here, not in an execution
   static std::set<const void*> registered;
   if (!registered.count(client.api())) {
@@ -298,7 +353,9 @@ void RegisterHostKernels(runtime::Client& client) {
     const Entry entries[] = {{"dot", &Handle<Dot>},
                              {"conv", &Handle<Conv>},
                              {"conv_bwd", &Handle<ConvBackward>},
-                             {"sum", &Handle<Sum>}};
+                             {"sum", &Handle<Sum>},
+                             {"bn", &Handle<BatchNorm>},
+                             {"bn_bwd", &Handle<BatchNormBackward>}};
     try {
       for (const Entry& e : entries) {
         if (!client.RegisterFfiHandler(ir::HostKernelTarget(e.kernel), reinterpret_cast<void*>(e.fn), "host")) return;
@@ -315,12 +372,16 @@ void RegisterHostKernels(runtime::Client& client) {
   if (!graph::spmd::Enabled()) {
     ir::SetHostKernels(kinds.dots, kinds.convs);
     ir::SetHostReductions(kinds.reductions);
+    ir::SetHostNorms(kinds.norms);
   }
   ir::SetHostDotsTransposedOnly(kinds.transposed_only);
 }
 
 // Switches host reductions for graphs traced from now on (tests, export); only where registered.
 void SetHostReductionKind(bool on) { ir::SetHostReductions(on && g_registered && !graph::spmd::Enabled()); }
+
+// Switches host batch norm for graphs traced from now on (tests, export); only where registered.
+void SetHostNormKind(bool on) { ir::SetHostNorms(on && g_registered && !graph::spmd::Enabled()); }
 
 // Switches the kinds for graphs traced from now on (tests, export); only where registered.
 void SetHostKernelKinds(bool dots, bool convs) {
@@ -341,6 +402,7 @@ namespace txla::bridge {
 void RegisterHostKernels(runtime::Client&) {}
 void SetHostKernelKinds(bool, bool) {}
 void SetHostReductionKind(bool) {}
+void SetHostNormKind(bool) {}
 }  // namespace txla::bridge
 
 #endif

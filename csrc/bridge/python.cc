@@ -29,6 +29,7 @@ void RegisterControlFlowBindings(py::module& m);  // control_flow_py.cc
 void RegisterHostKernels(runtime::Client& client);  // host_kernels.cc
 void SetHostKernelKinds(bool dots, bool convs);     // host_kernels.cc
 void SetHostReductionKind(bool on);                 // host_kernels.cc
+void SetHostNormKind(bool on);                      // host_kernels.cc
 }
 
 namespace {
@@ -237,6 +238,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_host_reductions", [](bool on) {
     graph::GetClient();
     bridge::SetHostReductionKind(on);
+  });
+  // Host batch norm (training-mode batch norm through ATen's CPU kernels): on / switch. Starts the client.
+  m.def("_host_norms", []() {
+    graph::GetClient();
+    return ir::HostNorms();
+  });
+  m.def("_set_host_norms", [](bool on) {
+    graph::GetClient();
+    bridge::SetHostNormKind(on);
   });
   // Denormals on XLA:CPU (runtime/fp_env.h): (handler registered, graphs keep denormals now,
   // intra-op pool threads cleared). Starts the client.

@@ -168,6 +168,7 @@ void Enable() {
   // Host kernels are single-device custom calls XLA's partitioner could only replicate.
   ir::SetHostKernels(false, false);
   ir::SetHostReductions(false);
+  ir::SetHostNorms(false);
   g_enabled = true;
 }
 

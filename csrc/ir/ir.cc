@@ -633,8 +633,11 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
 
 namespace {
 std::atomic<bool> g_host_dots{false}, g_host_convs{false}, g_host_dots_transposed_only{false},
-    g_host_reductions{false};
+    g_host_reductions{false}, g_host_norms{false};
 }  // namespace
+
+void SetHostNorms(bool on) { g_host_norms.store(on); }
+bool HostNorms() { return g_host_norms.load(std::memory_order_relaxed); }
 
 void SetHostReductions(bool on) { g_host_reductions.store(on); }
 bool HostReductions() { return g_host_reductions.load(std::memory_order_relaxed); }

@@ -300,6 +300,11 @@ bool HostKernels();  // either kind
 void SetHostReductions(bool on);
 bool HostReductions();
 constexpr int64_t kHostReduceMinElems = 16384;
+// Host batch norm (kind "norm"): training-mode batch norm forward and backward of f32/f64 run
+// ATen's batch_norm_cpu / batch_norm_backward_cpu (eager's kernels: statistics, running-stat
+// updates and gradients bit for bit); XLA's own form reduces in scalar code, 2-4x slower.
+void SetHostNorms(bool on);
+bool HostNorms();
 // The custom-call target of host kernel `kernel` ("dot", "conv", "conv_bwd").
 std::string HostKernelTarget(const std::string& kernel);
 // A host-kernel call with explicit result shapes; returns one value per shape.

@@ -1,6 +1,7 @@
 // Op table rows: convolution (forward, input and weight gradients, transposed), pooling and
 // batch norm (train and eval, running statistics as eager).
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -440,8 +441,52 @@ DType AccType(DType t) { return t == DType::kF64 ? DType::kF64 : DType::kF32; }
 
 struct BnOut { Value out, mean, invstd, rm, rv; };
 
+int64_t DoubleBits(double v) {
+  int64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// Host batch norm (ir::HostNorms()): f32/f64, every operand of the input's dtype, a non-empty input.
+bool UseHostNorm(const Value& x, std::initializer_list<const std::optional<Value>*> others) {
+  DType t = x.dtype();
+  if (!ir::HostNorms() || (t != DType::kF32 && t != DType::kF64) || x.rank() < 2 || x.shape().numel() == 0) return false;
+  for (const auto* o : others) if (*o && (*o)->dtype() != t) return false;
+  return true;
+}
+
+// Training-mode batch norm through ATen's batch_norm_cpu inside the executable: operands
+// (x, [w], [b], [rm, rv]); results (out, save_mean, save_invstd, [new rm, new rv]).
+BnOut HostBatchNorm(const Value& x, const std::optional<Value>& w, const std::optional<Value>& b,
+                    const std::optional<Value>& rm, const std::optional<Value>& rv, double momentum, double eps) {
+  bool stats = rm && rv;
+  std::vector<Value> ops{x};
+  if (w) ops.push_back(*w);
+  if (b) ops.push_back(*b);
+  std::vector<ir::Shape> shapes{x.shape(), ir::Shape(x.dtype(), {x.dims()[1]}), ir::Shape(x.dtype(), {x.dims()[1]})};
+  if (stats) {
+    ops.push_back(*rm);
+    ops.push_back(*rv);
+    shapes.push_back(rm->shape());
+    shapes.push_back(rv->shape());
+  }
+  V r = ir::HostCall("bn", ops, shapes, {w ? 1 : 0, b ? 1 : 0, stats ? 1 : 0, DoubleBits(eps), DoubleBits(momentum)});
+  BnOut o;
+  o.out = r[0];
+  o.mean = r[1];
+  o.invstd = r[2];
+  if (stats) {
+    o.rm = r[3];
+    o.rv = r[4];
+  }
+  return o;
+}
+
 BnOut BatchNorm(const Value& x, std::optional<Value> w, std::optional<Value> b, std::optional<Value> rm,
                 std::optional<Value> rv, bool training, double momentum, double eps) {
+  if (training && (rm.has_value() == rv.has_value()) && UseHostNorm(x, {&w, &b, &rm, &rv})) {
+    return HostBatchNorm(x, w, b, rm, rv, momentum, eps);
+  }
   DType ct = AccType(x.dtype());
   Value xc = Cast(x, ct);
   auto dims = NonChannelDims(x);
@@ -485,6 +530,27 @@ BnOut BatchNorm(const Value& x, std::optional<Value> w, std::optional<Value> b, 
 V BatchNormBackward(const Value& g_in, const Value& x, std::optional<Value> w, std::optional<Value> rm,
                     std::optional<Value> rv, std::optional<Value> save_mean, std::optional<Value> save_invstd,
                     bool train, double eps, const std::vector<int64_t>& mask) {
+  bool m0 = mask.size() > 0 && mask[0], m1 = mask.size() > 1 && mask[1], m2 = mask.size() > 2 && mask[2];
+  std::optional<Value> gv = g_in;
+  if (train && save_mean && save_invstd && (m0 || m1 || m2) && (w || (!m1 && !m2)) &&
+      UseHostNorm(x, {&gv, &w, &save_mean, &save_invstd})) {
+    // ATen's batch_norm_backward_cpu: operands (dy, x, [w], save_mean, save_invstd), one result per mask.
+    std::vector<Value> ops{g_in, x};
+    if (w) ops.push_back(*w);
+    ops.push_back(*save_mean);
+    ops.push_back(*save_invstd);
+    std::vector<ir::Shape> shapes;
+    if (m0) shapes.push_back(x.shape());
+    if (m1) shapes.push_back(w->shape());
+    if (m2) shapes.push_back(w->shape());
+    V r = ir::HostCall("bn_bwd", ops, shapes, {w ? 1 : 0, DoubleBits(eps), m0, m1, m2});
+    V out(3);
+    size_t k = 0;
+    if (m0) out[0] = r[k++];
+    if (m1) out[1] = r[k++];
+    if (m2) out[2] = r[k++];
+    return out;
+  }
   DType ct = AccType(x.dtype());
   Value g = Cast(g_in, ct), xc = Cast(x, ct);
   auto dims = NonChannelDims(x);
