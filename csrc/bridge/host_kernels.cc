@@ -110,6 +110,20 @@ void Dot(Frame& f) {
   // Permuted views; reshape copies only where the grouped dims are not adjacent in memory.
   at::Tensor l = a.permute(pa).reshape({B, M, K}), r = b.permute(pb).reshape({B, K, N});
   at::Tensor out = f.rets[0].view({B, M, N});
+  static const auto dnnl = [] {
+    using Fn = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, float, float);
+    const char* v = std::getenv("TXLA_HOST_DOT_ONEDNN");
+    if (v == nullptr || std::string(v) != "1") return static_cast<Fn>(nullptr);
+    return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZN2at6native13mkldnn_matmulERKNS_6TensorES3_S3_ff"));
+  }();
+  if (dnnl != nullptr && a.scalar_type() == at::kFloat) {
+    if (B == 1) {
+      dnnl(l.select(0, 0), r.select(0, 0), out.select(0, 0), 0.f, 1.f);
+    } else {
+      dnnl(l, r, out, 0.f, 1.f);
+    }
+    return;
+  }
   if (B == 1) {
     at::Tensor o2 = out.select(0, 0);
     at::mm_out(o2, l.select(0, 0), r.select(0, 0));
