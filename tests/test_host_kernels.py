@@ -385,3 +385,20 @@ def test_norm_kind_is_opt_in():
     _assert_ok(_run(_HEADER + "assert not _C._host_norms()\n"))
     _assert_ok(_run(_HEADER + "assert _C._host_norms() and _C._host_kernels() == (False, True)\n",
                     TORCH_XLA_HOST_KERNELS="conv,norm"))
+
+
+def test_onednn_host_dots_match_eager():
+    """TXLA_HOST_DOT_ONEDNN=1: f32 host dots through oneDNN's matmul (another accumulation order than
+    eager's MKL GEMM: equal within float rounding); f64 keeps at::mm (bit-equal)."""
+    code = (_HEADER + "d = torch_xla.device(); torch.manual_seed(0)\n"
+            "a, w, b = torch.randn(128, 784), torch.randn(1024, 784), torch.randn(3, 40, 50)\n"
+            "for f, args in [(lambda x, y: x @ y.t(), (a, w)), (lambda x, y: x.t() @ y, (a, a)),\n"
+            "                (torch.bmm, (b, b.transpose(1, 2)))]:\n"
+            "    got_t = f(*[t.to(d) for t in args])\n"
+            "    assert 'txla_aten_dot' in X._get_xla_tensors_hlo([got_t])\n"
+            "    torch.testing.assert_close(got_t.cpu(), f(*args), rtol=1e-5, atol=1e-4)\n"
+            "a64, w64 = a.double(), w.double()\n"
+            "got = a64.to(d) @ w64.t().to(d)\n"
+            "assert 'txla_aten_dot' in X._get_xla_tensors_hlo([got])\n"
+            "assert torch.equal(got.cpu(), a64 @ w64.t())\n")
+    _assert_ok(_run(code, TORCH_XLA_HOST_KERNELS="conv,dot", TXLA_HOST_DOT_ONEDNN="1"))
