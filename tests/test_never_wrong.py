@@ -438,6 +438,32 @@ except ValueError as e:
     assert r.returncode == 0 and "xla_this_flag_does_not_exist" in r.stdout, r.stdout + r.stderr[-500:]
 
 
+def test_xla_flag_whose_name_is_in_the_plugin_but_is_no_flag_is_python_error(tmp_path):
+    """The plugin's file holds names of removed flags and DebugOptions fields that are no flag:
+    XLA still aborts on them, so such a name is tried in a child process first (then cached)."""
+    import torch_xla._internal.plugins as plugins
+    path, _ = plugins.plugin_for(None)
+    name = b"xla_cpu_disable_new_fusion_emitters"
+    with open(path, "rb") as f:
+        if name + b"\0" not in f.read():
+            pytest.skip("this plugin's file does not hold that name")
+    code = """
+import torch, torch_xla
+try:
+    torch.ones(1, device=torch_xla.device())
+except ValueError as e:
+    print("ValueError", e)
+"""
+    env = {"XLA_FLAGS": "--xla_cpu_disable_new_fusion_emitters=true", "XDG_CACHE_HOME": str(tmp_path)}
+    r = _run(code, env)
+    assert r.returncode == 0 and "ValueError" in r.stdout and "Unknown flag" in r.stdout, r.stdout + r.stderr[-500:]
+    # A real flag is probed once, then served from the cache.
+    env = {"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=true", "XDG_CACHE_HOME": str(tmp_path)}
+    r = _run("import torch, torch_xla; print(torch.ones(2, device=torch_xla.device()).sum().item())", env)
+    assert r.returncode == 0 and "2.0" in r.stdout, r.stderr[-500:]
+    assert "xla_cpu_use_thunk_runtime" in (tmp_path / "torch_xla" / "xla_flags.json").read_text()
+
+
 def test_known_xla_flag_accepted():
     r = _run("import torch, torch_xla; print(torch.ones(2, device=torch_xla.device()).sum().item())",
              {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})

@@ -255,37 +255,106 @@ def default_xla_flags() -> None:
         os.environ["XLA_FLAGS"] = (flags + " --xla_allow_excess_precision=false").strip()
 
 
+# Flags this package sets itself (default_xla_flags): known to every plugin we support.
+_TRUSTED_XLA_FLAGS = frozenset({"xla_allow_excess_precision"})
+
+# The probe's child process sets this so that it does not probe again.
+_PROBE_ENV = "TXLA_XLA_FLAGS_PROBE"
+
+
 def validate_xla_flags(plugin_path: str) -> None:
     """Raises ValueError naming any flag in XLA_FLAGS that the plugin does not know.
 
     XLA parses XLA_FLAGS when the client starts and aborts the whole process on an unknown flag.
-    Every flag XLA defines is compiled into the plugin as its name, so a name that does not occur
-    in the plugin's file cannot be a flag of that plugin: we refuse it before the client starts.
+    A name that occurs nowhere in the plugin's file (neither as a string nor as a field of XLA's
+    DebugOptions descriptor) cannot be one of its flags: refused at once. A name that does occur is
+    not proof (the file holds names of removed flags and fields that are no flag), so such names
+    are tried once in a child process that starts the client with them, and the verdict is
+    cached per plugin file (~/.cache/torch_xla/xla_flags.json).
     """
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    names = []
-    for token in flags:
+    if os.environ.get(_PROBE_ENV) == "1":
+        return
+    tokens = []
+    for token in os.environ.get("XLA_FLAGS", "").split():
         if not token.startswith("-"):
             continue
         name = token.lstrip("-").split("=", 1)[0]
-        if name.startswith("no"):
-            names.append((token, name, name[2:]))
-        else:
-            names.append((token, name, None))
-    if not names:
+        if name in _TRUSTED_XLA_FLAGS:
+            continue
+        tokens.append((token, name, name[2:] if name.startswith("no") else None))
+    if not tokens:
         return
     import mmap
 
+    def occurs(mm, name: str) -> bool:
+        b = name.encode()
+        return mm.find(b + b"\0") >= 0 or (len(b) < 128 and mm.find(b"\n" + bytes([len(b)]) + b + b"\x18") >= 0)
+
     try:
         with open(plugin_path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            unknown = [token for token, name, alt in names
-                       if mm.find(name.encode() + b"\0") < 0 and (alt is None or mm.find(alt.encode() + b"\0") < 0)]
+            unknown = [t for t, name, alt in tokens if not occurs(mm, name) and (alt is None or not occurs(mm, alt))]
     except OSError:
         return  # cannot read the plugin: let XLA judge
     if unknown:
         raise ValueError(
             f"XLA_FLAGS has flag(s) unknown to the PJRT plugin {os.path.basename(plugin_path)}: "
             f"{', '.join(unknown)}. XLA would abort the process on them; remove them from XLA_FLAGS.")
+    _probe_xla_flags(plugin_path, [t for t, _, _ in tokens])
+
+
+def _probe_xla_flags(plugin_path: str, tokens) -> None:
+    """Starts the client with these XLA_FLAGS in a child process (once per plugin file and flag
+    name); raises ValueError with XLA's own message when the child dies on them."""
+    import hashlib
+    import json
+    import subprocess
+
+    try:
+        st = os.stat(plugin_path)
+    except OSError:
+        return
+    key = hashlib.sha256(f"{os.path.realpath(plugin_path)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_xla")
+    cache_file = os.path.join(cache_dir, "xla_flags.json")
+    try:
+        with open(cache_file) as f:
+            cache = json.load(f)
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    known = set(cache.get(key, []))
+    todo = [t for t in tokens if t.lstrip("-").split("=", 1)[0] not in known]
+    if not todo:
+        return
+    env = dict(os.environ)
+    env[_PROBE_ENV] = "1"
+    env["XLA_FLAGS"] = " ".join(todo + ["--xla_allow_excess_precision=false"])
+    env.pop("LD_PRELOAD", None)
+    code = ("import torch, torch_xla, torch_xla._internal.plugins as p\n"
+            "p.default_xla_flags = lambda: None\n"
+            "(torch.ones(2, device=torch_xla.device()) + 1).cpu()\n"
+            "print('txla-flags-ok')\n")
+    try:
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return  # cannot probe: let XLA judge
+    if r.returncode == 0 and "txla-flags-ok" in r.stdout:
+        cache[key] = sorted(known | {t.lstrip("-").split("=", 1)[0] for t in todo})
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            tmp = f"{cache_file}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(cache, f)
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass
+        return
+    lines = [ln for ln in r.stderr.splitlines() if "XLA_FLAGS" in ln] or r.stderr.strip().splitlines()[-1:]
+    detail = lines[-1].strip().split("] ", 1)[-1] if lines else f"exit status {r.returncode}"
+    raise ValueError(
+        f"XLA_FLAGS ({' '.join(todo)}) is refused by the PJRT plugin {os.path.basename(plugin_path)}, "
+        f"which would abort the process: {detail}")
 
 
 def _env_bool(name: str, default: bool) -> bool:
