@@ -461,7 +461,11 @@ except ValueError as e:
     env = {"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=true", "XDG_CACHE_HOME": str(tmp_path)}
     r = _run("import torch, torch_xla; print(torch.ones(2, device=torch_xla.device()).sum().item())", env)
     assert r.returncode == 0 and "2.0" in r.stdout, r.stderr[-500:]
-    assert "xla_cpu_use_thunk_runtime" in (tmp_path / "torch_xla" / "xla_flags.json").read_text()
+    assert "--xla_cpu_use_thunk_runtime=true" in (tmp_path / "torch_xla" / "xla_flags.json").read_text()
+    # A value XLA cannot parse (XLA prints its usage and exits).
+    env = {"XLA_FLAGS": "--xla_cpu_use_thunk_runtime=maybe", "XDG_CACHE_HOME": str(tmp_path)}
+    r = _run(code, env)
+    assert r.returncode == 0 and "ValueError" in r.stdout and "interpret value maybe" in r.stdout, r.stdout + r.stderr[-500:]
 
 
 def test_known_xla_flag_accepted():

@@ -268,9 +268,10 @@ def validate_xla_flags(plugin_path: str) -> None:
     XLA parses XLA_FLAGS when the client starts and aborts the whole process on an unknown flag.
     A name that occurs nowhere in the plugin's file (neither as a string nor as a field of XLA's
     DebugOptions descriptor) cannot be one of its flags: refused at once. A name that does occur is
-    not proof (the file holds names of removed flags and fields that are no flag), so such names
-    are tried once in a child process that starts the client with them, and the verdict is
-    cached per plugin file (~/.cache/torch_xla/xla_flags.json).
+    not proof (the file holds names of removed flags and fields that are no flag), and XLA also
+    exits on a value it cannot parse, so the remaining flags are tried once in a child process that
+    starts the client with them; the flags it accepts are cached per plugin file
+    (~/.cache/torch_xla/xla_flags.json).
     """
     if os.environ.get(_PROBE_ENV) == "1":
         return
@@ -303,8 +304,8 @@ def validate_xla_flags(plugin_path: str) -> None:
 
 
 def _probe_xla_flags(plugin_path: str, tokens) -> None:
-    """Starts the client with these XLA_FLAGS in a child process (once per plugin file and flag
-    name); raises ValueError with XLA's own message when the child dies on them."""
+    """Starts the client with these XLA_FLAGS in a child process (once per plugin file and flag);
+    raises ValueError with XLA's own message when the child dies on them."""
     import hashlib
     import json
     import subprocess
@@ -324,7 +325,7 @@ def _probe_xla_flags(plugin_path: str, tokens) -> None:
     except (OSError, ValueError):
         cache = {}
     known = set(cache.get(key, []))
-    todo = [t for t in tokens if t.lstrip("-").split("=", 1)[0] not in known]
+    todo = [t for t in tokens if t not in known]  # whole tokens: XLA also exits on a value it cannot parse
     if not todo:
         return
     env = dict(os.environ)
@@ -340,7 +341,7 @@ def _probe_xla_flags(plugin_path: str, tokens) -> None:
     except (OSError, subprocess.SubprocessError):
         return  # cannot probe: let XLA judge
     if r.returncode == 0 and "txla-flags-ok" in r.stdout:
-        cache[key] = sorted(known | {t.lstrip("-").split("=", 1)[0] for t in todo})
+        cache[key] = sorted(known | set(todo))[-4096:]
         try:
             os.makedirs(cache_dir, exist_ok=True)
             tmp = f"{cache_file}.{os.getpid()}.tmp"
@@ -350,8 +351,10 @@ def _probe_xla_flags(plugin_path: str, tokens) -> None:
         except OSError:
             pass
         return
-    lines = [ln for ln in r.stderr.splitlines() if "XLA_FLAGS" in ln] or r.stderr.strip().splitlines()[-1:]
-    detail = lines[-1].strip().split("] ", 1)[-1] if lines else f"exit status {r.returncode}"
+    err = r.stderr.splitlines()
+    lines = ([ln for ln in err if "Couldn't interpret" in ln or "Unknown flag" in ln]
+             or [ln for ln in err if "XLA_FLAGS" in ln or "Check failed" in ln] or err[-1:])
+    detail = lines[0].strip().split("] ", 1)[-1] if lines else f"exit status {r.returncode}"
     raise ValueError(
         f"XLA_FLAGS ({' '.join(todo)}) is refused by the PJRT plugin {os.path.basename(plugin_path)}, "
         f"which would abort the process: {detail}")
