@@ -93,6 +93,14 @@ int64_t Prod(const at::Tensor& t, const std::vector<int64_t>& dims) {
   return n;
 }
 
+// OpenMP's per-thread setting, found at run time (torch loads libgomp; no link-time dependency).
+struct OmpThreads {
+  using Get = int (*)();
+  using Set = void (*)(int);
+  Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  Set set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+};
+
 // [nb, nc, nfa, nfb, lb..., lc..., lf..., rb..., rc..., rf...]: out[B, M, N] = lhs[B, M, K] rhs[B, K, N].
 void Dot(Frame& f) {
   size_t pos = 4;
@@ -194,14 +202,6 @@ int HostKernelThreads() {
   }();
   return n;
 }
-
-// OpenMP's per-thread setting, found at run time (torch loads libgomp; no link-time dependency).
-struct OmpThreads {
-  using Get = int (*)();
-  using Set = void (*)(int);
-  Get get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  Set set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-};
 
 class ScopedOmpThreads {
  public:
