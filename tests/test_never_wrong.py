@@ -1210,6 +1210,10 @@ ALGSIMP = {  # compositions XLA's algebraic simplifier rewrote by real-number id
     "log_sqrt": lambda x, y: torch.log(torch.sqrt(x)),
     "sqrt_square_overflow": lambda x, y: torch.sqrt((x * 1e18) * (x * 1e18)),
     "pow_exp": lambda x, y: torch.exp(x) ** y,
+    "div_div": lambda x, y: x * 1e20 / (y * 1e20) / (y * 1e20),
+    "div_by_div": lambda x, y: x * 1e20 / ((y * 1e20) / (x * 1e20)),
+    "div_div_scalar": lambda x, y: x * 1e30 / (y * 1e30) / 1e30,
+    "div_div_inf": lambda x, y: x / 1e-40 / (y * float("inf")),
 }
 
 
@@ -1217,7 +1221,8 @@ ALGSIMP = {  # compositions XLA's algebraic simplifier rewrote by real-number id
 def test_compositions_are_not_rewritten_by_real_identities(name):
     """ln(pow(A,B)) became B*ln|A| (finite where eager gives nan for a negative A), ln(exp(A)) became
     A (eager: inf once exp overflows), sqrt(A*A) became |A| (eager: inf once A*A overflows), exp(A)/
-    exp(B) became exp(A-B) (eager: inf/inf = nan). Fuzz seed 21292."""
+    exp(B) became exp(A-B) (eager: inf/inf = nan), (A/B)/C became A/(B*C) and A/(B/C) became
+    (A*C)/B (eager: no overflow of B*C, A*C; 1e30/1e30/1e30 gave 0). Fuzz seeds 21292, 42363."""
     x = torch.tensor([-4.0, -2.0, 0.0, 2.0, 100.0, 200.0, -200.0, float("inf"), float("nan"), 1e20, 3.0])
     y = torch.tensor([1.0, 2.0, 3.0, -10.0, 100.0, -100.0, 50.0, 1.0, 2.0, 3.0, 0.5])
     fn = ALGSIMP[name]
@@ -1581,3 +1586,19 @@ def test_max_pool_backward_with_given_indices():
     want = ref.clone()
     want[0, 0].view(-1)[5] -= 2 + 3
     assert torch.equal(got.cpu(), want)
+
+
+def test_layer_norm_of_constant_rows_is_exactly_zero():
+    """Eager's Welford moments give a constant row its own value as the mean, so x - mean is exactly
+    0 and layer_norm returns the bias; a plain sum/n can be an ulp off, which rstd = 1/sqrt(eps)
+    turned into -3.8e-05 (fuzz seed 42180). Also when the row is computed in the same graph."""
+    x1 = torch.tensor([4, 4, 0, -3]).reshape(4, 1, 1)
+    for make in (lambda t: torch.div(t.expand(4, 2, 5), 0.5, rounding_mode="floor"),
+                 lambda t: t.expand(4, 2, 5) * 1.2345678):
+        want = F.layer_norm(make(x1), (2, 5))
+        got = F.layer_norm(make(x1.to(DEV)), (2, 5)).cpu()
+        assert torch.equal(got, want), (got - want).abs().max()
+        w, b = torch.randn(2, 5), torch.randn(2, 5)
+        want = F.layer_norm(make(x1), (2, 5), w, b)
+        got = F.layer_norm(make(x1.to(DEV)), (2, 5), w.to(DEV), b.to(DEV)).cpu()
+        assert torch.equal(got, want), (got - want).abs().max()

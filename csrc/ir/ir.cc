@@ -207,10 +207,20 @@ namespace {
 // XLA's algebraic simplifier rewrites some compositions by identities that hold for real numbers but
 // not in floating point: ln(exp(A)) => A (eager: inf once exp overflows), ln(pow(A,B)) => B*ln|A|
 // (eager: nan for a negative A), sqrt(A*A) => |A| (eager: 0 once A*A underflows),
-// exp(A)/exp(B) => exp(A-B) (eager: inf/inf = nan). Eager computes each op and rounds each result:
+// exp(A)/exp(B) => exp(A-B) (eager: inf/inf = nan), (A/B)/C => A/(B*C) and A/(B/C) => (A*C)/B
+// (eager: no overflow of B*C or A*C). Eager computes each op and rounds each result:
 // an optimization barrier on the inner value keeps XLA from seeing the composition (issue #7, fuzz
 // seed 21292). Only these rare compositions pay for it (their inner value is not fused).
 bool Produces(const Value& x, Op op) { return x.node && x.node->op == op; }
+// The same, looking through reshapes, broadcasts and transposes (XLA's simplifier moves those).
+bool ProducesThroughShape(const Value& x, Op op) {
+  const Node* n = x.node.get();
+  while (n != nullptr && (n->op == Op::kReshape || n->op == Op::kBroadcastInDim || n->op == Op::kTranspose) &&
+         n->operands.size() == 1) {
+    n = n->operands[0].node.get();
+  }
+  return n != nullptr && n->op == op;
+}
 bool IsSquare(const Value& x) {
   return Produces(x, Op::kMul) && x.node->operands.size() == 2 && x.node->operands[0].node == x.node->operands[1].node &&
          x.node->operands[0].index == x.node->operands[1].index;
@@ -288,6 +298,13 @@ Value Binary(Op op, const Value& a, const Value& b) {
   CheckSameShape(OpName(op), a, b);
   if ((op == Op::kMul || op == Op::kDiv) && Produces(a, Op::kExp) && Produces(b, Op::kExp)) {
     return Make(op, {a, Opaque(b)}, a.shape());  // exp(A)*exp(B) => exp(A+B) (see Opaque)
+  }
+  if (op == Op::kDiv && IsFloating(a.dtype()) &&
+      (ProducesThroughShape(a, Op::kDiv) || ProducesThroughShape(b, Op::kDiv))) {
+    // (A/B)/C => A/(B*C) and A/(B/C) => (A*C)/B overflow where eager's two roundings do not
+    // (1e30/1e30/1e30: eager 1e-30, XLA's form 0) and turn -1.9/1e-40/-inf from nan into 0.
+    return Make(op, {ProducesThroughShape(a, Op::kDiv) ? Opaque(a) : a, ProducesThroughShape(b, Op::kDiv) ? Opaque(b) : b},
+                a.shape());
   }
   if (op == Op::kPow && (Produces(a, Op::kExp) || Produces(a, Op::kPow) || IsSquare(a))) {
     return Make(op, {Opaque(a), b}, a.shape());  // pow(exp(A),B) => exp(A*B), pow(A*A,0.5) => |A|

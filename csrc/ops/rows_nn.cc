@@ -297,7 +297,19 @@ void AddNnRows(std::vector<OpRow>& rows) {
     DType ct = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     Value xc = Cast(x, ct);
     double n = static_cast<double>(ProductOf(ns));
-    Value mean = ir::Binary(Op::kDiv, LayerNormStat(xc, axes), ir::Full(n, LayerNormStat(xc, axes).shape()));
+    Value mean;
+    if (x.shape().numel() > 0) {
+      // The mean about a pivot (each row's first element), as eager's Welford moments: a constant
+      // row gets its value back exactly, so x - mean is exactly 0 there (sum/n can be an ulp off,
+      // which rstd = 1/sqrt(eps) turns into ~1e-5), and shifted sums lose less precision.
+      std::vector<int64_t> start(r, 0), limit = x.dims(), strides(r, 1);
+      for (int64_t ax : axes) limit[ax] = 1;
+      Value pivot = ir::Slice(xc, start, limit, strides);
+      Value shifted = LayerNormStat(Bin(Op::kSub, xc, pivot), axes);
+      mean = ir::Binary(Op::kAdd, pivot, ir::Binary(Op::kDiv, shifted, ir::Full(n, shifted.shape())));
+    } else {
+      mean = ir::Binary(Op::kDiv, LayerNormStat(xc, axes), ir::Full(n, LayerNormStat(xc, axes).shape()));
+    }
     Value centered = Bin(Op::kSub, xc, mean);
     Value var = LayerNormStat(ir::Binary(Op::kMul, centered, centered), axes);
     var = ir::Binary(Op::kDiv, var, ir::Full(n, var.shape()));
