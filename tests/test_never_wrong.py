@@ -1602,3 +1602,14 @@ def test_layer_norm_of_constant_rows_is_exactly_zero():
         want = F.layer_norm(make(x1), (2, 5), w, b)
         got = F.layer_norm(make(x1.to(DEV)), (2, 5), w.to(DEV), b.to(DEV)).cpu()
         assert torch.equal(got, want), (got - want).abs().max()
+
+
+def test_sum_and_mean_of_a_broadcast_as_eager():
+    """XLA's simplifier turns the sum of a broadcast into x * n: -0.0 stayed -0.0 (eager's sum starts
+    from +0.0) and the mean (x * n) / n folded back to x (eager: inf once x * n overflows)."""
+    x = torch.tensor([-0.0, 0.0, 3e38, -3e38, 1.5, float("inf")])
+    for fn in (lambda t: t.expand(5, 6).sum(0), lambda t: t.expand(3, 6).mean(0),
+               lambda t: t.unsqueeze(1).expand(6, 4).sum(1), lambda t: t.expand(2, 3, 6).sum((0, 1))):
+        want = fn(x)
+        got = fn(x.to(DEV)).cpu()
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)

@@ -221,6 +221,14 @@ bool ProducesThroughShape(const Value& x, Op op) {
   }
   return n != nullptr && n->op == op;
 }
+// A broadcast, possibly reshaped or transposed afterwards.
+bool IsBroadcast(const Value& x) {
+  const Node* n = x.node.get();
+  while (n != nullptr && (n->op == Op::kReshape || n->op == Op::kTranspose) && n->operands.size() == 1) {
+    n = n->operands[0].node.get();
+  }
+  return n != nullptr && n->op == Op::kBroadcastInDim;
+}
 bool IsSquare(const Value& x) {
   return Produces(x, Op::kMul) && x.node->operands.size() == 2 && x.node->operands[0].node == x.node->operands[1].node &&
          x.node->operands[0].index == x.node->operands[1].index;
@@ -489,7 +497,9 @@ Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_i
   a.ints = {dims};
   a.n = static_cast<int64_t>(kind);
   Value r = Make(Op::kReduce, {x}, Shape(x.dtype(), out), a);
-  return sum && count == 1 ? PlusZero(r) : r;
+  // A sum of a broadcast becomes x * n in XLA's simplifier: -0.0 stays -0.0 (eager's sum: +0.0) and
+  // the mean's (x * n) / n folds back to x (eager: inf once x * n overflows). The opaque + 0.0 keeps both.
+  return sum && (count == 1 || IsBroadcast(x)) ? PlusZero(r) : r;
 }
 
 std::pair<Value, Value> ArgReduce(ArgKind kind, const Value& x, int64_t dim) {
