@@ -1613,3 +1613,23 @@ def test_sum_and_mean_of_a_broadcast_as_eager():
         want = fn(x)
         got = fn(x.to(DEV)).cpu()
         assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
+
+
+def test_where_with_a_scalar_that_overflows_half_as_eager():
+    """torch.where(c, half_x, 70000.0) builds the scalar with aten::scalar_tensor, whose eager kernel
+    converts to float16/bfloat16 without fill's overflow check (inf) and checks float32 only; ours
+    went through empty + fill and raised (fuzz seed 46254)."""
+    c = torch.tensor([True, False])
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = torch.tensor([1.0, 2.0], dtype=dt)
+        for v in (70000.0, -1e39, 1e-40, 3.3, float("inf")):
+            try:
+                want = torch.where(c, x, v)
+            except RuntimeError:
+                with pytest.raises(RuntimeError, match="without overflow"):
+                    torch.where(c.to(DEV), x.to(DEV), v).cpu()
+                continue
+            got = torch.where(c.to(DEV), x.to(DEV), v).cpu()
+            assert got.dtype == want.dtype and torch.equal(got, want), (dt, v, got, want)
+    assert torch.equal(torch.scalar_tensor(70000.0, dtype=torch.float16, device=DEV).cpu(),
+                       torch.scalar_tensor(70000.0, dtype=torch.float16))

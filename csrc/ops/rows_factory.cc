@@ -49,6 +49,19 @@ void AddFactoryRows(std::vector<OpRow>& rows) {
     DType t = DTypeOr(a, 2, v.kind == Scalar::kFloat ? DType::kF32 : v.NaturalType());
     return {BroadcastTo(ScalarV(v, t, a.device), a.Ints(0))};
   }});
+  rows.push_back({"scalar_tensor", [](OpArgs& a) -> V {
+    // Eager's kernel converts to float16/bfloat16 without fill's overflow check (torch.where(c,
+    // half_x, 70000.0) makes this scalar: inf, not an error) and checks float32 only. Floating
+    // targets here; others run eager's CPU kernel.
+    const Scalar& v = a.S(0);
+    DType t = DTypeOr(a, 1, DType::kF32);
+    if (!ir::IsFloating(t) || v.im != 0) throw NotLowered{};
+    double d = v.AsDouble();
+    if (t == DType::kF32 && std::isfinite(d) && std::fabs(d) > 3.4028234663852886e38) {
+      a.Fail("value cannot be converted to type float without overflow");  // eager checks float only
+    }
+    return {Cast(ScalarV(v, DType::kF64, a.device), t)};
+  }});
   rows.push_back({"fill.Scalar", [](OpArgs& a) -> V {
     Value self = a.V(0);
     return {BroadcastTo(ScalarV(a.S(1), self.dtype(), a.device), self.dims())};
