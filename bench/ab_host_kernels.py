@@ -21,15 +21,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+sys.path.insert(0, HERE)
 
 import torch_xla  # noqa: E402
 import torch_xla.core.xla_model as xm  # noqa: E402
 from torch_xla import _C  # noqa: E402
-import models  # noqa: E402
+from profile_xla_kernels import _step_fn  # noqa: E402
 
 
 def setter(kind):
@@ -44,45 +41,19 @@ def setter(kind):
     return _C._set_host_norms
 
 
-def build(name, dev):
-    torch.manual_seed(0)
-    if name == "resnet":
-        model = models.ResNet(width=32).to(dev)
-        x, y = torch.randn(32, 3, 32, 32).to(dev), torch.randint(0, 10, (32,)).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        return lambda: F.cross_entropy(model(x), y), opt
-    if name == "gpt2":
-        model = models.GPT2(vocab=256, block=64, d=128, heads=4, layers=2).to(dev)
-        model.tie_weights()
-        xx = torch.randint(0, 256, (16, 64))
-        x, y = xx.to(dev), torch.roll(xx, -1, 1).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-        return lambda: model(x, y)[1], opt
-    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                          nn.Linear(1024, 10)).to(dev)
-    x, y = torch.randn(128, 784).to(dev), torch.randint(0, 10, (128,)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return lambda: F.cross_entropy(model(x), y), opt
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["mlp", "gpt2", "resnet"], default="mlp")
     ap.add_argument("--kind", choices=["dots", "convs", "reductions", "norms"], default="dots")
     ap.add_argument("--steps", type=int, default=40, help="steps per setting")
     args = ap.parse_args()
-    dev = torch_xla.device()
     if not any(_C._host_kernels()) and not _C._host_reductions() and not _C._host_norms():
         sys.exit("host kernels are not available here (TORCH_XLA_HOST_KERNELS=0, or no FFI headers at build time)")
     switch = setter(args.kind)
-    loss_fn, opt = build(args.model, dev)
+    train_step = _step_fn(args.model)  # the same models and steps as the kernel profile
 
     def step():
-        loss = loss_fn()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        torch_xla.sync()
+        train_step()
         xm.wait_device_ops()
 
     for i in range(6):  # compiles both graphs
