@@ -509,7 +509,16 @@ int Buffer::DeviceId() const {
 
 // ----------------------------- Executable -----------------------------------
 
-Executable::Executable(const PJRT_Api* api, PJRT_LoadedExecutable* exe) : api_(api), exe_(exe) {}
+Executable::Executable(const PJRT_Api* api, PJRT_LoadedExecutable* exe) : api_(api), exe_(exe) {
+  if (exe_ == nullptr) return;
+  try {
+    devices_ = ExecutableDevices(api_, exe_);
+    num_outputs_ = static_cast<int64_t>(NumOutputs());
+  } catch (...) {  // asked again at each use, where an error reaches the caller
+    num_outputs_ = -1;
+    devices_.clear();
+  }
+}
 
 Executable::~Executable() {
   if (exe_ == nullptr || InForkedChild()) return;  // see InForkedChild
@@ -521,18 +530,32 @@ Executable::~Executable() {
   }
 }
 
-Executable::Executable(Executable&& o) noexcept : api_(o.api_), exe_(std::exchange(o.exe_, nullptr)) {}
+Executable::Executable(Executable&& o) noexcept
+    : api_(o.api_),
+      exe_(std::exchange(o.exe_, nullptr)),
+      num_outputs_(std::exchange(o.num_outputs_, -1)),
+      devices_(std::move(o.devices_)) {}
 
 Executable& Executable::operator=(Executable&& o) noexcept {
   if (this != &o) {
     Executable old(std::move(*this));
     api_ = o.api_;
     exe_ = std::exchange(o.exe_, nullptr);
+    num_outputs_ = std::exchange(o.num_outputs_, -1);
+    devices_ = std::move(o.devices_);
+    o.devices_.clear();
   }
   return *this;
 }
 
+std::vector<PJRT_Device*> Executable::Devices() const {
+  if (num_outputs_ >= 0) return devices_;
+  if (exe_ == nullptr) throw PjrtError("executable is empty (moved from or never compiled)");
+  return ExecutableDevices(api_, exe_);
+}
+
 size_t Executable::NumOutputs() const {
+  if (num_outputs_ >= 0) return static_cast<size_t>(num_outputs_);
   ExecutableRef ref(api_, exe_);
   auto a = MakeArgs<PJRT_Executable_NumOutputs_Args>(PJRT_Executable_NumOutputs_Args_STRUCT_SIZE);
   a.executable = ref.get();
@@ -930,7 +953,7 @@ std::vector<Buffer> Client::Execute(const Executable& exe, const std::vector<PJR
   // Bound to exactly this device at compile time: let PJRT use that binding.
   // Otherwise ask for this device explicitly (the plugin may refuse; see the
   // comment at the top of this file).
-  std::vector<PJRT_Device*> bound = ExecutableDevices(api_, exe.get());
+  std::vector<PJRT_Device*> bound = exe.Devices();
   PJRT_Device* execute_device = (bound.size() == 1 && bound[0] == target) ? nullptr : target;
   auto outs = RunExecutable(api_, exe, {args}, execute_device);
   return std::move(outs[0]);
@@ -945,7 +968,7 @@ std::vector<std::vector<Buffer>> Client::ExecuteReplicated(const Executable& exe
                     std::to_string(device_indices.size()) + " devices");
   }
   // PJRT runs argument_lists[i] on the executable's i-th addressable device.
-  std::vector<PJRT_Device*> bound = ExecutableDevices(api_, exe.get());
+  std::vector<PJRT_Device*> bound = exe.Devices();
   if (bound.size() != device_indices.size()) {
     throw PjrtError("execute_replicated: the executable runs on " + std::to_string(bound.size()) +
                     " device(s) but " + std::to_string(device_indices.size()) + " were given");

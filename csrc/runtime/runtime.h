@@ -115,6 +115,8 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
   PJRT_LoadedExecutable* get() const { return exe_; }
   size_t NumOutputs() const;
+  // The devices the executable is loaded on (PJRT_LoadedExecutable_AddressableDevices).
+  std::vector<PJRT_Device*> Devices() const;
   // Serialized executable bytes (PJRT_Executable_Serialize), for a persistent cache.
   std::string Serialize() const;
   // The optimized program (PJRT_Executable_OptimizedProgram): serialized HLO; *format receives
@@ -124,6 +126,10 @@ class Executable {
  private:
   const PJRT_Api* api_ = nullptr;
   PJRT_LoadedExecutable* exe_ = nullptr;
+  // Asked once when the executable is made (each query costs a PJRT_Executable view and, for the
+  // output count, XLA's output shapes: allocations on every launch otherwise); -1: not known.
+  int64_t num_outputs_ = -1;
+  std::vector<PJRT_Device*> devices_;
 };
 
 // Build options encoded into a serialized xla.CompileOptionsProto.
