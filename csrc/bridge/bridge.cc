@@ -412,6 +412,7 @@ class RowKernel : public c10::OperatorKernel {
     const auto& schema = op.schema();
     std::call_once(classes_once_, [&] {  // autograd may run the first call on a device thread
       for (const auto& a : schema.arguments()) classes_.push_back(Classify(a));
+      op_name_ = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
     });
     size_t n = schema.arguments().size();
     auto ivs = torch::jit::last(*stack, n);
@@ -423,7 +424,7 @@ class RowKernel : public c10::OperatorKernel {
                   "location. Please clone() the tensor before performing the operation.");
     }
     ops::OpArgs args;
-    args.op_name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+    args.op_name = op_name_;
     args.args.resize(n);
     int device = FindDevice(ivs);
     if (foreach_ && ForeachNeedsPerTensorKernel(ivs, device)) {
@@ -449,7 +450,7 @@ class RowKernel : public c10::OperatorKernel {
     } catch (const ir::ShapeError& e) {
       // Eager raises RuntimeError for size and argument mismatches.
       std::string msg = e.what();
-      if (msg.rfind(args.op_name, 0) != 0) msg = args.op_name + ": " + msg;
+      if (msg.rfind(args.op_name, 0) != 0) msg = std::string(args.op_name) + ": " + msg;
       TORCH_CHECK(false, msg);
     }
     // Empty results are constants: nothing to compute (XLA rejects some ops on empty operands, such
@@ -733,6 +734,7 @@ class RowKernel : public c10::OperatorKernel {
   std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;
   std::once_flag classes_once_;
+  mutable std::string op_name_;  // "aten::add.Tensor", set with classes_
 };
 
 // ------------------------------------------------------------------ fallback and data movement

@@ -165,7 +165,7 @@ std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector
   }
   if (!pending.empty()) {
     // As PyTorch/XLA: counts the calls whose inputs were still lazy values and had to run first.
-    metrics::IncrementCounter("DynamoSyncInputExecuteTime");
+    TXLA_COUNTER_ADD("DynamoSyncInputExecuteTime", 1);
     SyncTensors(&pending, SyncOptions{});
   }
   // Donate when every written input's buffer is held by that input alone: its device data by its
@@ -218,8 +218,8 @@ std::vector<ir::DeviceDataPtr> DynamoRun(const DynamoGraph& g, const std::vector
     // execution is done (destroying a donated handle earlier waits for it: see the sync's donation).
     auto donated_buffers = std::make_shared<std::vector<runtime::Buffer>>();
     if (donate) {
-      metrics::IncrementCounter("DynamoDonatingCall");
-      metrics::IncrementCounter("DynamoDonatedBuffers", static_cast<int64_t>(donation->donate.size()));
+      TXLA_COUNTER_ADD("DynamoDonatingCall", 1);
+      TXLA_COUNTER_ADD("DynamoDonatedBuffers", static_cast<int64_t>(donation->donate.size()));
       for (const auto& [param, input] : donation->donate) {
         ir::DeviceData* d = inputs[input]->data().get();
         d->donated = true;

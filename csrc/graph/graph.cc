@@ -21,6 +21,7 @@
 #include "lowering/stablehlo.h"
 #include "runtime/fp_env.h"
 #include "util/half.h"
+#include "util/ptr_index.h"
 #include "util/metrics.h"
 
 namespace txla::graph {
@@ -49,7 +50,7 @@ TensorPtr Register(TensorPtr t) {
 }  // namespace
 
 TensorData::TensorData(ir::Shape shape, int device) : id_(g_next_id++), shape_(std::move(shape)), device_(device) {
-  metrics::IncrementCounter("CreateXlaTensor");
+  TXLA_COUNTER_ADD("CreateXlaTensor", 1);
 }
 
 TensorData::~TensorData() {
@@ -57,7 +58,7 @@ TensorData::~TensorData() {
     std::lock_guard<std::mutex> g(g_weak_mu);
     Weak().erase(id_);
   }
-  metrics::IncrementCounter("DestroyXlaTensor");
+  TXLA_COUNTER_ADD("DestroyXlaTensor", 1);
 }
 
 namespace {
@@ -312,7 +313,7 @@ namespace {
 TensorPtr FromUploaded(ir::DeviceDataPtr d, const ir::Shape& shape, int device) {
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
-  metrics::IncrementCounter("CreateDataHandles");
+  TXLA_COUNTER_ADD("CreateDataHandles", 1);
   auto t = std::make_shared<TensorData>(shape, device);
   {
     metrics::Timer wrap("WrapXlaData");
@@ -419,8 +420,8 @@ Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() > 4096) cache.clear();
-  metrics::IncrementCounter("DeviceDataCacheMiss");
-  metrics::IncrementCounter("CreateDataHandles");
+  TXLA_COUNTER_ADD("DeviceDataCacheMiss", 1);
+  TXLA_COUNTER_ADD("CreateDataHandles", 1);
   char bytes[16];
   ScalarBytes(v, iv, t, bytes, imag);
   ir::Shape shape(t, {});
@@ -674,7 +675,7 @@ namespace {
 struct PostOrder {
   std::vector<const Node*> nodes;
   std::vector<const Node*> params;
-  std::unordered_map<const Node*, int> index;
+  util::PtrIndex index;
 };
 
 // Step 1: operands before users, device-data leaves collected as parameters.
@@ -696,7 +697,7 @@ PostOrder ComputePostOrder(const std::vector<Value>& roots) {
         if (!po.index.count(child)) stack.emplace_back(child, 0);
         continue;
       }
-      if (po.index.try_emplace(n, static_cast<int>(po.nodes.size())).second) {
+      if (po.index.try_emplace(n, static_cast<int>(po.nodes.size()))) {
         po.nodes.push_back(n);
         if (n->op == ir::Op::kDeviceData) po.params.push_back(n);
       }
@@ -894,7 +895,7 @@ std::shared_ptr<Computation> LookupOrCompile(const Hash128& key, const PostOrder
   {
     std::lock_guard<std::mutex> g(g_cache_mu);
     if (auto* hit = Cache().Find(key)) {
-      metrics::IncrementCounter("CachedCompile");
+      TXLA_COUNTER_ADD("CachedCompile", 1);
       return *hit;
     }
   }
@@ -1181,7 +1182,7 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
     }
   }
   if (outs.size() != roots.size()) throw std::runtime_error("internal: executable returned a wrong number of outputs");
-  metrics::IncrementCounter("CreateDataHandles", static_cast<int64_t>(outs.size()));
+  TXLA_COUNTER_ADD("CreateDataHandles", static_cast<int64_t>(outs.size()));
   datas.reserve(outs.size());
   {
     metrics::Timer wrap("WrapXlaData");

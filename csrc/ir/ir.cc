@@ -120,7 +120,9 @@ std::string Node::ToString() const {
 namespace {
 
 Value Make(Op op, std::vector<Value> operands, Shape shape, Attrs attrs = {}) {
-  std::vector<Shape> shapes{std::move(shape)};
+  std::vector<Shape> shapes;  // not `shapes{std::move(shape)}`: an initializer list copies its elements
+  shapes.reserve(1);
+  shapes.push_back(std::move(shape));
   return Value(std::make_shared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs)), 0);
 }
 
@@ -158,24 +160,54 @@ std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank) {
 }
 
 Value MakeDeviceData(DeviceDataPtr data) {
-  Shape s = data->shape;
+  std::vector<Shape> shapes;
+  shapes.reserve(1);
+  shapes.push_back(data->shape);
   Attrs a;
   a.n = data->device;
-  return Value(std::make_shared<Node>(Op::kDeviceData, std::vector<Value>{}, std::vector<Shape>{s}, a, data), 0);
+  return Value(std::make_shared<Node>(Op::kDeviceData, std::vector<Value>{}, std::move(shapes), std::move(a), std::move(data)), 0);
 }
 
-Value Constant(double v, DType t) {
+namespace {
+Value MakeConstant(double v, DType t) {
   Attrs a;
   a.f = v;
   a.n = IsFloating(t) || IsComplex(t) ? 0 : static_cast<int64_t>(v);
-  return Make(Op::kConstant, {}, Shape(t, {}), a);
+  return Make(Op::kConstant, {}, Shape(t, {}), std::move(a));
+}
+
+// Scalar 0 and 1 of every dtype (every `x + 1`, `x * 0`, masks and defaults build them): made once
+// and shared, as nodes are immutable. Only outside debug scopes (a node carries its scope).
+constexpr int kNumDTypes = static_cast<int>(DType::kC128) + 1;
+const Value* SharedZeroOne(int64_t v, DType t) {
+  const int d = static_cast<int>(t);
+  if ((v != 0 && v != 1) || d < 0 || d >= kNumDTypes || !t_scope.empty()) return nullptr;
+  static const std::vector<Value>* table = [] {
+    auto* tab = new std::vector<Value>();  // never freed: nodes outlive every graph
+    for (int64_t k : {0, 1}) {
+      for (int i = 0; i < kNumDTypes; ++i) tab->push_back(MakeConstant(static_cast<double>(k), static_cast<DType>(i)));
+    }
+    return tab;
+  }();
+  return &(*table)[static_cast<size_t>(v * kNumDTypes + d)];
+}
+}  // namespace
+
+Value Constant(double v, DType t) {
+  if ((v == 0.0 && !std::signbit(v)) || v == 1.0) {
+    if (const Value* c = SharedZeroOne(static_cast<int64_t>(v), t)) return *c;
+  }
+  return MakeConstant(v, t);
 }
 
 Value ConstantInt(int64_t v, DType t) {
+  if (v == 0 || v == 1) {
+    if (const Value* c = SharedZeroOne(v, t)) return *c;
+  }
   Attrs a;
   a.f = static_cast<double>(v);
   a.n = v;
-  return Make(Op::kConstant, {}, Shape(t, {}), a);
+  return Make(Op::kConstant, {}, Shape(t, {}), std::move(a));
 }
 
 Value Full(double v, const Shape& s) {
@@ -186,12 +218,23 @@ Value Full(double v, const Shape& s) {
 
 Value Iota(const Shape& s, int64_t dim) {
   Attrs a;
-  a.ints = {{NormalizeDim(dim, s.rank())}};
-  return Make(Op::kIota, {}, s, a);
+  a.ints.push_back({NormalizeDim(dim, s.rank())});
+  return Make(Op::kIota, {}, s, std::move(a));
 }
 
 Value Convert(const Value& x, DType t) {
   if (x.dtype() == t) return x;
+  // A scalar 0 or 1 (a Python number's constant, built in its own dtype) is that constant in any
+  // dtype: no convert node (one node fewer per `x + 1`).
+  if (x.node->op == Op::kConstant && x.rank() == 0) {
+    const Attrs& a = x.node->attrs;
+    const bool from_float = IsFloating(x.dtype()) || IsComplex(x.dtype());
+    for (int64_t v : {0, 1}) {
+      if (from_float ? (a.f == static_cast<double>(v) && !std::signbit(a.f)) : a.n == v) {
+        return IsFloating(t) || IsComplex(t) ? Constant(static_cast<double>(v), t) : ConstantInt(v, t);
+      }
+    }
+  }
   return Make(Op::kConvert, {x}, Shape(t, x.dims()));
 }
 
@@ -361,8 +404,8 @@ Value BroadcastInDim(const Value& x, const std::vector<int64_t>& out_dims, const
     if (identity) return x;
   }
   Attrs a;
-  a.ints = {bdims};
-  return Make(Op::kBroadcastInDim, {x}, Shape(x.dtype(), out_dims), a);
+  a.ints.emplace_back(bdims);  // not `= {x}`: an initializer list copies
+  return Make(Op::kBroadcastInDim, {x}, Shape(x.dtype(), out_dims), std::move(a));
 }
 
 Value Reshape(const Value& x, const std::vector<int64_t>& dims) {
@@ -390,8 +433,8 @@ Value Transpose(const Value& x, const std::vector<int64_t>& perm) {
     return Transpose(x.node->operands[0], c);
   }
   Attrs a;
-  a.ints = {perm};
-  return Make(Op::kTranspose, {x}, Shape(x.dtype(), dims), a);
+  a.ints.emplace_back(perm);  // not `= {x}`: an initializer list copies
+  return Make(Op::kTranspose, {x}, Shape(x.dtype(), dims), std::move(a));
 }
 
 Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
@@ -408,7 +451,7 @@ Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector
   if (identity) return x;
   Attrs a;
   a.ints = {start, limit, strides};
-  return Make(Op::kSlice, {x}, Shape(x.dtype(), dims), a);
+  return Make(Op::kSlice, {x}, Shape(x.dtype(), dims), std::move(a));
 }
 
 Value Concatenate(const std::vector<Value>& xs, int64_t dim) {
@@ -431,8 +474,8 @@ Value Concatenate(const std::vector<Value>& xs, int64_t dim) {
     dims[dim] += xs[i].dims()[dim];
   }
   Attrs a;
-  a.ints = {{dim}};
-  return Make(Op::kConcatenate, xs, Shape(xs[0].dtype(), dims), a);
+  a.ints.push_back({dim});
+  return Make(Op::kConcatenate, xs, Shape(xs[0].dtype(), dims), std::move(a));
 }
 
 Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
@@ -445,22 +488,22 @@ Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& lo
   }
   Attrs a;
   a.ints = {low, high, interior};
-  return Make(Op::kPad, {x, pad_value}, Shape(x.dtype(), dims), a);
+  return Make(Op::kPad, {x, pad_value}, Shape(x.dtype(), dims), std::move(a));
 }
 
 Value Reverse(const Value& x, const std::vector<int64_t>& dims) {
   if (dims.empty() || x.rank() == 0) return x;
   Attrs a;
-  a.ints = {NormalizeDims(dims, x.rank())};
-  return Make(Op::kReverse, {x}, x.shape(), a);
+  a.ints.push_back(NormalizeDims(dims, x.rank()));
+  return Make(Op::kReverse, {x}, x.shape(), std::move(a));
 }
 
 Value DynamicSlice(const Value& x, const std::vector<Value>& starts, const std::vector<int64_t>& sizes) {
   std::vector<Value> ops{x};
   ops.insert(ops.end(), starts.begin(), starts.end());
   Attrs a;
-  a.ints = {sizes};
-  return Make(Op::kDynamicSlice, ops, Shape(x.dtype(), sizes), a);
+  a.ints.emplace_back(sizes);  // not `= {x}`: an initializer list copies
+  return Make(Op::kDynamicSlice, ops, Shape(x.dtype(), sizes), std::move(a));
 }
 
 Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<Value>& starts) {
@@ -494,9 +537,9 @@ Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_i
     return HostCall("sum", {x}, {Shape(x.dtype(), out)}, dims)[0];  // params: the reduced dims
   }
   Attrs a;
-  a.ints = {dims};
+  a.ints.emplace_back(dims);  // not `= {x}`: an initializer list copies
   a.n = static_cast<int64_t>(kind);
-  Value r = Make(Op::kReduce, {x}, Shape(x.dtype(), out), a);
+  Value r = Make(Op::kReduce, {x}, Shape(x.dtype(), out), std::move(a));
   // A sum of a broadcast becomes x * n in XLA's simplifier: -0.0 stays -0.0 (eager's sum: +0.0) and
   // the mean's (x * n) / n folds back to x (eager: inf once x * n overflows). The opaque + 0.0 keeps both.
   return sum && (count == 1 || IsBroadcast(x)) ? PlusZero(r) : r;
@@ -507,9 +550,9 @@ std::pair<Value, Value> ArgReduce(ArgKind kind, const Value& x, int64_t dim) {
   std::vector<int64_t> out;
   for (int i = 0; i < x.rank(); ++i) if (i != dim) out.push_back(x.dims()[i]);
   Attrs a;
-  a.ints = {{dim}};
+  a.ints.push_back({dim});
   a.n = static_cast<int64_t>(kind);
-  NodePtr n = MakeMulti(Op::kArgReduce, {x}, {Shape(x.dtype(), out), Shape(DType::kS64, out)}, a);
+  NodePtr n = MakeMulti(Op::kArgReduce, {x}, {Shape(x.dtype(), out), Shape(DType::kS64, out)}, std::move(a));
   return {Value(n, 0), Value(n, 1)};
 }
 
@@ -525,16 +568,16 @@ Value ReduceWindow(ReduceKind kind, const Value& x, const Value& init, const std
   Attrs a;
   a.ints = {window, strides, base_dilations, window_dilations, padding};
   a.n = static_cast<int64_t>(kind);
-  return Make(Op::kReduceWindow, {x, init}, Shape(x.dtype(), dims), a);
+  return Make(Op::kReduceWindow, {x, init}, Shape(x.dtype(), dims), std::move(a));
 }
 
 Value Cumulative(ReduceKind kind, const Value& x, int64_t dim) {
   dim = NormalizeDim(dim, x.rank());
   if (x.rank() == 0 || x.shape().numel() == 0) return x;
   Attrs a;
-  a.ints = {{dim}};
+  a.ints.push_back({dim});
   a.n = static_cast<int64_t>(kind);
-  Value r = Make(Op::kCumulative, {x}, x.shape(), a);
+  Value r = Make(Op::kCumulative, {x}, x.shape(), std::move(a));
   // eager's running sum starts from +0.0: it never gives -0.0 (see Reduce)
   return kind == ReduceKind::kSum ? PlusZero(r) : r;
 }
@@ -685,7 +728,7 @@ std::vector<Value> HostCall(const std::string& kernel, const std::vector<Value>&
                             std::vector<int64_t> params) {
   Attrs a;
   a.s = kernel;
-  a.ints = {std::move(params)};
+  a.ints.push_back(std::move(params));
   NodePtr n = MakeMulti(Op::kHostCall, operands, std::move(shapes), std::move(a));
   std::vector<Value> out;
   for (size_t i = 0; i < n->shapes.size(); ++i) out.emplace_back(n, static_cast<int>(i));
@@ -711,7 +754,7 @@ Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& o
   }
   Attrs a;
   a.ints = {offset_dims, collapsed, start_index_map, {index_vector_dim}, slice_sizes};
-  return Make(Op::kGather, {x, indices}, Shape(x.dtype(), dims), a);
+  return Make(Op::kGather, {x, indices}, Shape(x.dtype(), dims), std::move(a));
 }
 
 Value Scatter(const Value& x, const Value& indices, const Value& updates, const std::vector<int64_t>& uwd,
@@ -719,16 +762,16 @@ Value Scatter(const Value& x, const Value& indices, const Value& updates, const 
   Attrs a;
   a.ints = {uwd, iwd, sdod, {ivd}};
   a.n = combine;
-  return Make(Op::kScatter, {x, indices, updates}, x.shape(), a);
+  return Make(Op::kScatter, {x, indices, updates}, x.shape(), std::move(a));
 }
 
 std::vector<Value> Sort(const std::vector<Value>& xs, int64_t dim, bool descending, bool stable) {
   Attrs a;
-  a.ints = {{NormalizeDim(dim, xs[0].rank())}};
+  a.ints.push_back({NormalizeDim(dim, xs[0].rank())});
   a.n = (descending ? 1 : 0) | (stable ? 2 : 0);
   std::vector<Shape> shapes;
   for (auto& x : xs) shapes.push_back(x.shape());
-  NodePtr n = MakeMulti(Op::kSort, xs, shapes, a);
+  NodePtr n = MakeMulti(Op::kSort, xs, std::move(shapes), std::move(a));
   std::vector<Value> out;
   for (size_t i = 0; i < xs.size(); ++i) out.emplace_back(n, static_cast<int>(i));
   return out;
@@ -807,7 +850,7 @@ Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>
   a.ints = {strides, padding, lhs_dilation, rhs_dilation, {feature_groups, batch_groups}};
   a.s = dims;
   a.n = MatMulPrecision();
-  return Make(Op::kConvolution, {lhs, rhs}, Shape(lhs.dtype(), out), a);
+  return Make(Op::kConvolution, {lhs, rhs}, Shape(lhs.dtype(), out), std::move(a));
 }
 
 namespace {
@@ -902,7 +945,7 @@ Value AllToAll(const Value& x, int64_t split_dim, int64_t concat_dim, const std:
 Value AnnotateSharding(const Value& x, const Sharding& sharding) {
   Attrs a;
   a.s = sharding.ToString();
-  return Make(Op::kSharding, {x}, x.shape(), a);
+  return Make(Op::kSharding, {x}, x.shape(), std::move(a));
 }
 
 void DeviceData::Await() const {
@@ -931,7 +974,7 @@ std::pair<Value, Value> ArgMaxWindow(const Value& x, const std::vector<int64_t>&
   }
   Attrs a;
   a.ints = {window, strides, wdil, padding, {index_dims}};
-  NodePtr n = MakeMulti(Op::kArgReduceWindow, {x}, {Shape(x.dtype(), dims), Shape(DType::kS64, dims)}, a);
+  NodePtr n = MakeMulti(Op::kArgReduceWindow, {x}, {Shape(x.dtype(), dims), Shape(DType::kS64, dims)}, std::move(a));
   return {Value(n, 0), Value(n, 1)};
 }
 
@@ -940,7 +983,7 @@ Value SelectAndScatter(const Value& operand, const Value& source, const Value& i
                        const std::vector<int64_t>& padding) {
   Attrs a;
   a.ints = {window, strides, padding};
-  return Make(Op::kSelectAndScatter, {operand, source, init}, operand.shape(), a);
+  return Make(Op::kSelectAndScatter, {operand, source, init}, operand.shape(), std::move(a));
 }
 
 }  // namespace txla::ir

@@ -21,7 +21,7 @@ DType Scalar::NaturalType() const {
 }
 
 // ---------------------------------------------------------------- OpArgs accessors
-void OpArgs::Fail(const std::string& msg) const { throw ir::ShapeError(op_name + ": " + msg); }
+void OpArgs::Fail(const std::string& msg) const { throw ir::ShapeError(std::string(op_name) + ": " + msg); }
 const TensorArg& OpArgs::T(size_t k) const {
   if (k >= args.size() || args[k].kind != Arg::kTensor) Fail("argument " + std::to_string(k) + " is not a tensor");
   return args[k].t;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -57,7 +58,7 @@ class OpArgs {
  public:
   std::vector<Arg> args;
   int device = 0;
-  std::string op_name;
+  std::string_view op_name;  // the aten op ("aten::add.Tensor"); outlives the call
   // In-place updates of arguments the schema does not mark as written (legacy ops such as
   // native_batch_norm's running statistics): applied by the bridge after the row runs.
   std::vector<std::pair<size_t, Value>> writebacks;

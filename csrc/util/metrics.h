@@ -11,6 +11,13 @@ namespace txla::metrics {
 void IncrementCounter(const std::string& name, int64_t delta = 1);
 // A stable slot for a hot counter (per-op counters): increment it with fetch_add, no lookup.
 std::atomic<int64_t>* CounterSlot(const std::string& name);
+// IncrementCounter for a hot path with a literal name: the slot is looked up once per call site
+// (no string built, no map lookup, no lock on later calls).
+#define TXLA_COUNTER_ADD(name, delta)                                                           \
+  do {                                                                                          \
+    static std::atomic<int64_t>* const txla_counter_slot_ = ::txla::metrics::CounterSlot(name); \
+    txla_counter_slot_->fetch_add((delta), std::memory_order_relaxed);                          \
+  } while (0)
 // Records one sample of a metric. Time metrics are in nanoseconds; byte metrics in bytes.
 enum class Unit { kTime, kBytes, kCount };
 void AddSample(const std::string& name, double value, Unit unit);
