@@ -1633,3 +1633,45 @@ def test_where_with_a_scalar_that_overflows_half_as_eager():
             assert got.dtype == want.dtype and torch.equal(got, want), (dt, v, got, want)
     assert torch.equal(torch.scalar_tensor(70000.0, dtype=torch.float16, device=DEV).cpu(),
                        torch.scalar_tensor(70000.0, dtype=torch.float16))
+
+
+def _same(got, want):
+    return got.dtype == want.dtype and got.shape == want.shape and torch.equal(
+        got.float().nan_to_num(7.0, 8.0, 9.0), want.float().nan_to_num(7.0, 8.0, 9.0))
+
+
+def test_reduced_float_add_converts_scalars_first_as_eager():
+    """eager's float16/bfloat16 add and sub convert a Python number or a 0-dim tensor to the result
+    dtype first (70000.0 becomes inf in float16, so -inf + 70000.0 is nan and -65504 + 70000.0 is inf),
+    then compute in float32 and round once; ours kept the scalar in float32 (fuzz seed 47454)."""
+    for dt in (torch.float16, torch.bfloat16):
+        x = torch.tensor([-float("inf"), -65504.0, 1.0, 3.0, 0.3, -0.0, 1e-3], dtype=dt)
+        cases = [
+            ("add", lambda t: t + 70000.0), ("add_", lambda t: t.clone().add_(70000.0)),
+            ("sub", lambda t: t - 70000.0), ("radd", lambda t: 70000.0 + t), ("rsub", lambda t: 70000.0 - t),
+            ("add_small", lambda t: t + 0.1), ("sub_small", lambda t: t - 0.3), ("add_int", lambda t: t + 3),
+            ("add_0dim", lambda t: t + torch.tensor(70000.0)), ("add_0dim_small", lambda t: t + torch.tensor(0.1)),
+            ("add_alpha", lambda t: torch.add(t, 0.1, alpha=3)), ("sub_alpha", lambda t: torch.sub(t, t, alpha=0.1)),
+            ("rsub_alpha", lambda t: torch.rsub(t, 0.3, alpha=2)),
+        ]
+        for name, f in cases:
+            want = f(x)
+            got = f(x.to(DEV)).cpu()
+            assert _same(got, want), (dt, name, got, want)
+
+
+def test_add_alpha_that_does_not_fit_raises_as_eager():
+    """eager converts add/sub's alpha to the result dtype with a checked conversion."""
+    for dt, alpha in ((torch.int8, 1000), (torch.int16, 40000), (torch.int32, 2 ** 40),
+                      (torch.float16, 70000.0), (torch.float16, 65519.0), (torch.bfloat16, 1e39)):
+        x = torch.ones(3, dtype=dt)
+        for f in (lambda t: torch.add(t, t, alpha=alpha), lambda t: torch.sub(t, 1, alpha=alpha),
+                  lambda t: torch.rsub(t, t, alpha=alpha)):
+            with pytest.raises(RuntimeError, match="without overflow"):
+                f(x)
+            with pytest.raises(RuntimeError, match="without overflow"):
+                f(x.to(DEV)).cpu()
+    for dt, alpha in ((torch.uint8, -1), (torch.int8, 100), (torch.float16, float("inf")), (torch.float16, 65504.0)):
+        x = torch.ones(3, dtype=dt)
+        want = torch.add(x, x, alpha=alpha)
+        assert _same(torch.add(x.to(DEV), x.to(DEV), alpha=alpha).cpu(), want), (dt, alpha)

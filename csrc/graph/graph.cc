@@ -35,19 +35,35 @@ namespace {
 std::atomic<int64_t> g_next_id{1};
 std::atomic<bool> g_alias_with_donor_config{false};
 
-// TensorData is owned by shared_ptr; we keep weak handles next to the raw registry.
+// Live tensors: an intrusive doubly-linked list (TensorData::live_prev_/live_next_) under g_weak_mu.
+// A tensor unlinks itself in its destructor, so every listed pointer is valid under the lock; one
+// whose last owner is gone but not yet unlinked fails weak_from_this().lock() and is skipped.
 std::mutex g_weak_mu;
-std::unordered_map<int64_t, std::weak_ptr<TensorData>>& Weak() {
-  static auto* m = new std::unordered_map<int64_t, std::weak_ptr<TensorData>>();
-  return *m;
-}
+TensorData* g_live_head = nullptr;
+size_t g_live_count = 0;
 
-TensorPtr Register(TensorPtr t) {
+TensorPtr Register(TensorPtr t) { return TensorData::Register(std::move(t)); }
+}  // namespace
+
+TensorPtr TensorData::Register(TensorPtr t) {
   std::lock_guard<std::mutex> g(g_weak_mu);
-  Weak()[t->id()] = t;
+  if (t->live_) return t;
+  t->live_ = true;
+  t->live_prev_ = nullptr;
+  t->live_next_ = g_live_head;
+  if (g_live_head != nullptr) g_live_head->live_prev_ = t.get();
+  g_live_head = t.get();
+  ++g_live_count;
   return t;
 }
-}  // namespace
+
+void TensorData::CollectLive(std::vector<TensorPtr>* out) {
+  std::lock_guard<std::mutex> g(g_weak_mu);
+  out->reserve(out->size() + g_live_count);
+  for (TensorData* p = g_live_head; p != nullptr; p = p->live_next_) {
+    if (TensorPtr t = p->weak_from_this().lock()) out->push_back(std::move(t));
+  }
+}
 
 TensorData::TensorData(ir::Shape shape, int device) : id_(g_next_id++), shape_(std::move(shape)), device_(device) {
   TXLA_COUNTER_ADD("CreateXlaTensor", 1);
@@ -56,7 +72,12 @@ TensorData::TensorData(ir::Shape shape, int device) : id_(g_next_id++), shape_(s
 TensorData::~TensorData() {
   {
     std::lock_guard<std::mutex> g(g_weak_mu);
-    Weak().erase(id_);
+    if (live_) {
+      if (live_prev_ != nullptr) live_prev_->live_next_ = live_next_;
+      else g_live_head = live_next_;
+      if (live_next_ != nullptr) live_next_->live_prev_ = live_prev_;
+      --g_live_count;
+    }
   }
   TXLA_COUNTER_ADD("DestroyXlaTensor", 1);
 }
@@ -106,12 +127,8 @@ void TensorData::SetData(ir::DeviceDataPtr d) {
 }
 
 std::vector<TensorPtr> LiveTensors() {
-  std::lock_guard<std::mutex> g(g_weak_mu);
   std::vector<TensorPtr> out;
-  out.reserve(Weak().size());
-  for (auto& kv : Weak()) {
-    if (auto t = kv.second.lock()) out.push_back(std::move(t));
-  }
+  TensorData::CollectLive(&out);
   std::sort(out.begin(), out.end(), [](const TensorPtr& a, const TensorPtr& b) { return a->id() < b->id(); });
   return out;
 }
@@ -682,10 +699,12 @@ struct PostOrder {
 PostOrder ComputePostOrder(const std::vector<Value>& roots) {
   PostOrder po;
   // Sized from the previous graph (steps repeat): no rehashing while the walk grows the index.
-  static thread_local size_t last_size = 64;
+  static thread_local size_t last_size = 64, last_params = 16;
   po.index.reserve(last_size);
   po.nodes.reserve(last_size);
-  std::vector<std::pair<const Node*, size_t>> stack;
+  po.params.reserve(last_params);
+  static thread_local std::vector<std::pair<const Node*, size_t>> stack;  // keeps its capacity
+  stack.clear();
   for (const Value& r : roots) {
     const Node* root = r.node.get();
     if (po.index.count(root)) continue;
@@ -705,6 +724,7 @@ PostOrder ComputePostOrder(const std::vector<Value>& roots) {
     }
   }
   last_size = po.nodes.size() + po.nodes.size() / 8;
+  last_params = po.params.size() + 4;
   return po;
 }
 

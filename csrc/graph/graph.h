@@ -14,7 +14,7 @@
 namespace txla::graph {
 
 // A lazy tensor: either materialized device data, a pending IR value, or both (value wins).
-class TensorData {
+class TensorData : public std::enable_shared_from_this<TensorData> {
  public:
   TensorData(ir::Shape shape, int device);
   ~TensorData();
@@ -37,7 +37,15 @@ class TensorData {
   void SetError(std::string message);
   const std::string& error() const { return error_; }
 
+  // The registry of live tensors (LiveTensors, syncs of every tensor): an intrusive list under a
+  // mutex, so registering a tensor allocates nothing. Register returns its argument.
+  static std::shared_ptr<TensorData> Register(std::shared_ptr<TensorData> t);
+  static void CollectLive(std::vector<std::shared_ptr<TensorData>>* out);
+
  private:
+  TensorData* live_prev_ = nullptr;
+  TensorData* live_next_ = nullptr;
+  bool live_ = false;
   int64_t id_;
   ir::Shape shape_;
   int device_;

@@ -434,7 +434,7 @@ Value Transpose(const Value& x, const std::vector<int64_t>& perm) {
   }
   Attrs a;
   a.ints.emplace_back(perm);  // not `= {x}`: an initializer list copies
-  return Make(Op::kTranspose, {x}, Shape(x.dtype(), dims), std::move(a));
+  return Make(Op::kTranspose, {x}, Shape(x.dtype(), std::move(dims)), std::move(a));
 }
 
 Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
@@ -451,7 +451,7 @@ Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector
   if (identity) return x;
   Attrs a;
   a.ints = {start, limit, strides};
-  return Make(Op::kSlice, {x}, Shape(x.dtype(), dims), std::move(a));
+  return Make(Op::kSlice, {x}, Shape(x.dtype(), std::move(dims)), std::move(a));
 }
 
 Value Concatenate(const std::vector<Value>& xs, int64_t dim) {
@@ -475,7 +475,7 @@ Value Concatenate(const std::vector<Value>& xs, int64_t dim) {
   }
   Attrs a;
   a.ints.push_back({dim});
-  return Make(Op::kConcatenate, xs, Shape(xs[0].dtype(), dims), std::move(a));
+  return Make(Op::kConcatenate, xs, Shape(xs[0].dtype(), std::move(dims)), std::move(a));
 }
 
 Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
@@ -488,7 +488,7 @@ Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& lo
   }
   Attrs a;
   a.ints = {low, high, interior};
-  return Make(Op::kPad, {x, pad_value}, Shape(x.dtype(), dims), std::move(a));
+  return Make(Op::kPad, {x, pad_value}, Shape(x.dtype(), std::move(dims)), std::move(a));
 }
 
 Value Reverse(const Value& x, const std::vector<int64_t>& dims) {
@@ -539,7 +539,7 @@ Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_i
   Attrs a;
   a.ints.emplace_back(dims);  // not `= {x}`: an initializer list copies
   a.n = static_cast<int64_t>(kind);
-  Value r = Make(Op::kReduce, {x}, Shape(x.dtype(), out), std::move(a));
+  Value r = Make(Op::kReduce, {x}, Shape(x.dtype(), std::move(out)), std::move(a));
   // A sum of a broadcast becomes x * n in XLA's simplifier: -0.0 stays -0.0 (eager's sum: +0.0) and
   // the mean's (x * n) / n folds back to x (eager: inf once x * n overflows). The opaque + 0.0 keeps both.
   return sum && (count == 1 || IsBroadcast(x)) ? PlusZero(r) : r;
@@ -568,7 +568,7 @@ Value ReduceWindow(ReduceKind kind, const Value& x, const Value& init, const std
   Attrs a;
   a.ints = {window, strides, base_dilations, window_dilations, padding};
   a.n = static_cast<int64_t>(kind);
-  return Make(Op::kReduceWindow, {x, init}, Shape(x.dtype(), dims), std::move(a));
+  return Make(Op::kReduceWindow, {x, init}, Shape(x.dtype(), std::move(dims)), std::move(a));
 }
 
 Value Cumulative(ReduceKind kind, const Value& x, int64_t dim) {
@@ -671,6 +671,7 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
                  const std::vector<int64_t>& lc, const std::vector<int64_t>& rc, DType out) {
   if (lb.size() != rb.size() || lc.size() != rc.size()) Fail("dot_general: dimension lists differ");
   std::vector<int64_t> dims;
+  dims.reserve(a.rank() + b.rank());
   for (size_t i = 0; i < lb.size(); ++i) {
     if (a.dims()[lb[i]] != b.dims()[rb[i]]) Fail("dot_general: batch dimensions differ");
     dims.push_back(a.dims()[lb[i]]);
@@ -694,11 +695,12 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
     }
   }
   Attrs at;
-  at.ints = {lb, rb, lc, rc};
+  at.ints.reserve(4);  // not `= {lb, rb, lc, rc}`: an initializer list copies every list twice
+  for (const auto* v : {&lb, &rb, &lc, &rc}) at.ints.push_back(*v);
   at.n = MatMulPrecision();
   // Eager's GEMMs accumulate from +0.0 (a sum of -0.0 products only is +0.0), XLA's dot from the
   // first product (-0.0 there). Not corrected: an add per dot output cost the MLP step 5%.
-  return Make(Op::kDotGeneral, {a, b}, Shape(out, dims), at);
+  return Make(Op::kDotGeneral, {a, b}, Shape(out, std::move(dims)), std::move(at));
 }
 
 namespace {
@@ -754,7 +756,7 @@ Value Gather(const Value& x, const Value& indices, const std::vector<int64_t>& o
   }
   Attrs a;
   a.ints = {offset_dims, collapsed, start_index_map, {index_vector_dim}, slice_sizes};
-  return Make(Op::kGather, {x, indices}, Shape(x.dtype(), dims), std::move(a));
+  return Make(Op::kGather, {x, indices}, Shape(x.dtype(), std::move(dims)), std::move(a));
 }
 
 Value Scatter(const Value& x, const Value& indices, const Value& updates, const std::vector<int64_t>& uwd,

@@ -205,6 +205,8 @@ Value BroadcastTo(const Value& x, const std::vector<int64_t>& dims) {
   if (off < 0) throw ir::ShapeError("cannot broadcast " + ir::DimsToString(x.dims()) + " to " + ir::DimsToString(dims));
   // Drop size-1 dims that need expanding so broadcast_in_dim sees exact sizes.
   std::vector<int64_t> keep_dims, bdims;
+  keep_dims.reserve(x.rank());
+  bdims.reserve(x.rank());
   for (int i = 0; i < x.rank(); ++i) {
     int64_t d = x.dims()[i], od = dims[i + off];
     if (d == od) {

@@ -191,11 +191,37 @@ void CheckRandomRange(OpArgs& a, int64_t from, std::optional<int64_t> to) {
   if (to && (*to - 1 < lo || *to - 1 > hi)) a.Fail(std::string("to - 1 is out of bounds for ") + name);
 }
 
+// eager converts add/sub's alpha to the result dtype with c10's checked conversion (`alpha.to<T>()`):
+// floating types refuse finite values beyond their largest (inf and nan pass), unsigned types take
+// -max..max, signed ones their range.
+void CheckAlphaFits(const OpArgs& a, const Scalar& s, DType t) {
+  if (s.kind == Scalar::kComplex || s.kind == Scalar::kBool || t == DType::kPred || IsComplexT(t)) return;
+  if (s.kind == Scalar::kInt && t == DType::kS64) return;
+  const double v = s.AsDouble();
+  const char* name = nullptr;
+  double lo = 0, hi = 0;
+  switch (t) {
+    case DType::kU8: name = "uint8_t"; lo = -255; hi = 255; break;
+    case DType::kS8: name = "int8_t"; lo = -128; hi = 127; break;
+    case DType::kS16: name = "int16_t"; lo = -32768; hi = 32767; break;
+    case DType::kS32: name = "int"; lo = -2147483648.0; hi = 2147483647.0; break;
+    case DType::kF16: name = "c10::Half"; lo = -65504; hi = 65504; break;
+    case DType::kBF16: name = "c10::BFloat16"; lo = -3.3895313892515355e38; hi = 3.3895313892515355e38; break;
+    case DType::kF32: name = "float"; lo = -3.4028234663852886e38; hi = 3.4028234663852886e38; break;
+    default: return;
+  }
+  if (ir::IsFloating(t) && (std::isnan(v) || std::isinf(v))) return;
+  if (!(v >= lo && v <= hi)) a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
+}
+
 Rule IntegralAlpha(size_t alpha, bool scalar_other) {
   return [=](OpArgs& a) {
-    if (a.IsNone(alpha) || a.S(alpha).kind != Scalar::kFloat) return;
+    if (a.IsNone(alpha)) return;
     DType t = scalar_other ? ResultType({&a.T(0)}, {&a.S(1)}) : ResultType({&a.T(0), &a.T(1)});
-    if (ir::IsIntegral(t, true)) a.Fail("For integral input tensors, argument alpha must not be a floating point number.");
+    if (a.S(alpha).kind == Scalar::kFloat && ir::IsIntegral(t, true)) {
+      a.Fail("For integral input tensors, argument alpha must not be a floating point number.");
+    }
+    CheckAlphaFits(a, a.S(alpha), t);
   };
 }
 
@@ -372,6 +398,8 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"sub.Tensor", IntegralAlpha(2, false)},
       {"add.Scalar", IntegralAlpha(2, true)},
       {"sub.Scalar", IntegralAlpha(2, true)},
+      {"rsub.Tensor", IntegralAlpha(2, false)},
+      {"rsub.Scalar", IntegralAlpha(2, true)},
       {"full", [](OpArgs& a) {
          if (auto t = a.OptDType(2)) CheckFits(a, a.S(1), *t);
        }},

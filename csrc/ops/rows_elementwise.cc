@@ -51,13 +51,19 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
                "use the `~` or `logical_not()` operator instead.");
       }
     }
-    DType ct = OpMath(t);  // eager computes bf16/f16 (scalars included) in float32, rounds once
-    Value x = Cast(self.v, ct);
-    Value y = scalar_other ? ScalarV(a.S(1), ct, a.device) : Cast(a.V(1), ct);
+    // bf16/f16: eager's add kernel first converts every operand to the result dtype (a Python
+    // number or 0-dim tensor too: 70000.0 becomes inf in float16, so -inf + 70000.0 is nan) and
+    // computes `self + alpha * other` in that dtype: each product and sum in float32, rounded.
+    DType ct = OpMath(t);
+    const bool reduced = ct != t;
+    auto in_t = [&](const Value& v) { return reduced ? Cast(Cast(v, t), ct) : Cast(v, ct); };
+    Value x = in_t(self.v);
+    Value y = scalar_other ? in_t(ScalarV(a.S(1), reduced ? t : ct, a.device)) : in_t(a.V(1));
     const Scalar& alpha = a.S(2);
     if (!(alpha.AsDouble() == 1.0)) {
-      Value al = ScalarV(alpha, ct, a.device);
-      if (reverse) x = Bin(Op::kMul, x, al); else y = Bin(Op::kMul, y, al);
+      Value al = in_t(ScalarV(alpha, reduced ? t : ct, a.device));
+      Value& scaled = reverse ? x : y;
+      scaled = in_t(Bin(Op::kMul, scaled, al));  // rounded to bf16/f16 before the sum, as eager
     }
     if (t == DType::kPred) return {Bin(op == Op::kAdd ? Op::kOr : Op::kXor, x, y)};
     return {Cast(reverse ? Bin(op, y, x) : Bin(op, x, y), t)};
