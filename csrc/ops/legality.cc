@@ -144,6 +144,22 @@ Rule NoBoolRuntime(const std::string& message) {
 }
 
 // A Python scalar converted to dtype t must fit, as eager's checked_convert.
+// c10's name and finite range of a dtype, as its checked conversions report them; false for dtypes
+// without one here (bool, unsigned wider than 8 bits, float64, complex).
+bool C10Range(DType t, const char** name, double* lo, double* hi) {
+  switch (t) {
+    case DType::kU8: *name = "uint8_t"; *lo = 0; *hi = 255; return true;
+    case DType::kS8: *name = "int8_t"; *lo = -128; *hi = 127; return true;
+    case DType::kS16: *name = "int16_t"; *lo = -32768; *hi = 32767; return true;
+    case DType::kS32: *name = "int"; *lo = -2147483648.0; *hi = 2147483647.0; return true;
+    case DType::kS64: *name = "int64_t"; *lo = -9223372036854775808.0; *hi = 9223372036854775807.0; return true;
+    case DType::kF16: *name = "c10::Half"; *lo = -65504; *hi = 65504; return true;
+    case DType::kBF16: *name = "c10::BFloat16"; *lo = -3.3895313892515355e38; *hi = 3.3895313892515355e38; return true;
+    case DType::kF32: *name = "float"; *lo = -3.4028234663852886e38; *hi = 3.4028234663852886e38; return true;
+    default: return false;
+  }
+}
+
 void CheckFits(const OpArgs& a, const Scalar& s, DType t) {
   if (s.kind == Scalar::kComplex || t == DType::kPred || IsComplexT(t)) return;
   double v = s.AsDouble();
@@ -152,16 +168,7 @@ void CheckFits(const OpArgs& a, const Scalar& s, DType t) {
   }
   const char* name = nullptr;
   double lo = 0, hi = 0;
-  switch (t) {
-    case DType::kU8: name = "uint8_t"; lo = 0; hi = 255; break;
-    case DType::kS8: name = "int8_t"; lo = -128; hi = 127; break;
-    case DType::kS16: name = "int16_t"; lo = -32768; hi = 32767; break;
-    case DType::kS32: name = "int"; lo = -2147483648.0; hi = 2147483647.0; break;
-    case DType::kS64: name = "int64_t"; lo = -9223372036854775808.0; hi = 9223372036854775807.0; break;
-    case DType::kF16: name = "c10::Half"; lo = -65504; hi = 65504; break;
-    case DType::kBF16: name = "c10::BFloat16"; lo = -3.3895313892515355e38; hi = 3.3895313892515355e38; break;
-    default: return;
-  }
+  if (t == DType::kF32 || !C10Range(t, &name, &lo, &hi)) return;
   if (s.kind == Scalar::kInt && t == DType::kS64) return;
   bool fits = v >= lo && v <= hi;
   if (ir::IsFloating(t) && !fits) {
@@ -200,16 +207,8 @@ void CheckAlphaFits(const OpArgs& a, const Scalar& s, DType t) {
   const double v = s.AsDouble();
   const char* name = nullptr;
   double lo = 0, hi = 0;
-  switch (t) {
-    case DType::kU8: name = "uint8_t"; lo = -255; hi = 255; break;
-    case DType::kS8: name = "int8_t"; lo = -128; hi = 127; break;
-    case DType::kS16: name = "int16_t"; lo = -32768; hi = 32767; break;
-    case DType::kS32: name = "int"; lo = -2147483648.0; hi = 2147483647.0; break;
-    case DType::kF16: name = "c10::Half"; lo = -65504; hi = 65504; break;
-    case DType::kBF16: name = "c10::BFloat16"; lo = -3.3895313892515355e38; hi = 3.3895313892515355e38; break;
-    case DType::kF32: name = "float"; lo = -3.4028234663852886e38; hi = 3.4028234663852886e38; break;
-    default: return;
-  }
+  if (!C10Range(t, &name, &lo, &hi)) return;
+  if (t == DType::kU8) lo = -hi;  // c10 lets an unsigned type take -max..max
   if (ir::IsFloating(t) && (std::isnan(v) || std::isinf(v))) return;
   if (!(v >= lo && v <= hi)) a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
 }
