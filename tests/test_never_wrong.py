@@ -1675,3 +1675,50 @@ def test_add_alpha_that_does_not_fit_raises_as_eager():
         x = torch.ones(3, dtype=dt)
         want = torch.add(x, x, alpha=alpha)
         assert _same(torch.add(x.to(DEV), x.to(DEV), alpha=alpha).cpu(), want), (dt, alpha)
+
+
+def test_reduced_float_scatter_accumulates_in_float32_as_eager():
+    """eager's CPU scatter kernels accumulate float16/bfloat16 in float32 and round once (scatter_add,
+    scatter(reduce=), scatter_reduce sum/prod/mean; index_add where it takes scatter_add's path: alpha
+    1, an int64 index, the first or last dim of a tensor of rank >= 2); elsewhere index_add, index_put
+    and index_reduce round after every step. Ours rounded every scatter step (fuzz seed 51327)."""
+    gen = torch.Generator().manual_seed(0)
+    e = 2.0 ** -8
+    for dt in (torch.float16, torch.bfloat16):
+        # [e, 1, e] into one slot: float32 once gives 1 + 2e, rounding per step gives 1
+        s1, src1, i1 = torch.zeros(1, 1, dtype=dt), torch.tensor([[e, 1.0, e]], dtype=dt), torch.zeros(1, 3, dtype=torch.long)
+        s = torch.randn(6, 5, generator=gen).to(dt)
+        src = torch.randn(6, 12, generator=gen).to(dt)
+        idx = torch.randint(0, 5, (6, 12), generator=gen)
+        vidx = torch.randint(0, 6, (20,), generator=gen)
+        vsrc = torch.randn(20, 5, generator=gen).to(dt)
+        s3 = torch.randn(4, 5, 3, generator=gen).to(dt)
+        vsrc3 = torch.randn(4, 9, 3, generator=gen).to(dt)
+        vidx3 = torch.randint(0, 5, (9,), generator=gen)
+        cases = [
+            ("scatter_add_tiny", lambda s, i, x: torch.scatter_add(s, 1, i, x), (s1, i1, src1)),
+            ("scatter_add", lambda s, i, x: torch.scatter_add(s, 1, i, x), (s, idx, src)),
+            ("scatter_add_", lambda s, i, x: s.clone().scatter_add_(1, i, x), (s, idx, src)),
+            ("scatter_reduce_add", lambda s, i, x: s.clone().scatter_(1, i, x, reduce="add"), (s, idx, src)),
+            ("scatter_reduce_mul", lambda s, i, x: s.clone().scatter_(1, i, x, reduce="multiply"), (s, idx, src)),
+            ("scatter_value_add", lambda s, i, x: s.clone().scatter_(1, i, 0.3, reduce="add"), (s, idx, src)),
+            ("scatter_value_mul", lambda s, i, x: s.clone().scatter_(1, i, 1.1, reduce="multiply"), (s, idx, src)),
+            ("sum", lambda s, i, x: torch.scatter_reduce(s, 1, i, x, "sum"), (s, idx, src)),
+            ("sum_noself", lambda s, i, x: torch.scatter_reduce(s, 1, i, x, "sum", include_self=False), (s, idx, src)),
+            ("prod", lambda s, i, x: torch.scatter_reduce(s, 1, i, x, "prod"), (s, idx, src)),
+            ("mean", lambda s, i, x: torch.scatter_reduce(s, 1, i, x, "mean"), (s, idx, src)),
+            ("mean_noself", lambda s, i, x: torch.scatter_reduce(s, 1, i, x, "mean", include_self=False), (s, idx, src)),
+            ("amax", lambda s, i, x: torch.scatter_reduce(s, 1, i, x, "amax"), (s, idx, src)),
+            ("index_add_dim0", lambda s, i, x: s.index_add(0, i, x), (s, vidx, vsrc)),
+            ("index_add_last", lambda s, i, x: s.t().contiguous().index_add(1, i, x.t()), (s, vidx, vsrc)),
+            ("index_add_alpha", lambda s, i, x: s.index_add(0, i, x, alpha=0.5), (s, vidx, vsrc)),
+            ("index_add_int32", lambda s, i, x: s.index_add(0, i.int(), x), (s, vidx, vsrc)),
+            ("index_add_1d", lambda s, i, x: s[:, 0].contiguous().index_add(0, i, x[:, 0]), (s, vidx, vsrc)),
+            ("index_add_middle", lambda s, i, x: s.index_add(1, i, x), (s3, vidx3, vsrc3)),
+            ("index_put_acc", lambda s, i, x: s.index_put((i,), x, accumulate=True), (s, vidx, vsrc)),
+            ("index_reduce_mean", lambda s, i, x: s.index_reduce(0, i, x, "mean"), (s, vidx, vsrc)),
+        ]
+        for name, f, args in cases:
+            want = f(*args)
+            got = f(*(a.to(DEV) for a in args)).cpu()
+            assert _same(got, want), (dt, name, got, want)

@@ -76,12 +76,26 @@ Value GatherDim(const Value& x, int64_t dim, const Value& index) {
 }
 
 Value ScatterDim(const Value& self, int64_t dim, const Value& index, const Value& src, bool add);
+Value ScatterCombine(const Value& self, int64_t dim, const Value& index, const Value& src, int64_t combine);
+
+// Eager's CPU scatter kernels accumulate float16 / bfloat16 in float32 and round once at the end:
+// scatter_add, scatter(reduce="add"/"multiply") and scatter_reduce's sum/prod/mean (and index_add
+// where it takes the scatter_add path). Duplicate indices summed in the narrow dtype would round
+// after every addition (fuzz seed 51327: a bfloat16 scatter_add 0.016 off, amplified by a matmul).
+bool ReducedFloat(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
+// Runs an accumulating scatter (combine 1 = add, 2 = multiply) of a float16 / bfloat16 self in
+// float32 and rounds the result once, as eager.
+Value ScatterInF32(const Value& self, int64_t dim, const Value& index, const Value& src, int64_t combine) {
+  return Cast(ScatterCombine(Cast(self, DType::kF32), dim, index, Cast(src, DType::kF32), combine), self.dtype());
+}
 
 // scatter(..., reduce="add" | "multiply"): combine into self.
 Value ScatterReduce(const Value& self, int64_t dim, const Value& index, const Value& src, const std::string& reduce,
                     const OpArgs& a) {
+  if (reduce != "add" && reduce != "multiply") a.Fail("reduce argument must be either add or multiply, got " + reduce);
+  if (ReducedFloat(self.dtype())) return ScatterInF32(self, dim, index, src, reduce == "add" ? 1 : 2);
   if (reduce == "add") return ScatterDim(self, dim, index, src, true);
-  if (reduce != "multiply") a.Fail("reduce argument must be either add or multiply, got " + reduce);
   // Multiply: scatter the factors into ones (products of duplicates), then multiply self.
   Value ones = ir::Full(1, self.shape());
   int r = self.rank();
@@ -158,8 +172,11 @@ Value ScatterReduceTwo(const Value& self, int64_t dim, const Value& index, const
     return include_self ? self : ir::Select(reached, ir::Full(identity, self.shape()), self);
   };
   double inf = std::numeric_limits<double>::infinity();
-  if (reduce == "sum") return ScatterCombine(start(0), dim, index, src, 1);
-  if (reduce == "prod") return ScatterCombine(start(1), dim, index, src, 2);
+  if (reduce == "sum" || reduce == "prod") {
+    bool sum = reduce == "sum";
+    if (ReducedFloat(t)) return ScatterInF32(start(sum ? 0 : 1), dim, index, src, sum ? 1 : 2);
+    return ScatterCombine(start(sum ? 0 : 1), dim, index, src, sum ? 1 : 2);
+  }
   if (reduce == "amax" || reduce == "amin") {
     bool mx = reduce == "amax";
     Value base;
@@ -179,6 +196,12 @@ Value ScatterReduceTwo(const Value& self, int64_t dim, const Value& index, const
   Value cnt = ScatterCombine(ir::Full(include_self ? 1 : 0, ir::Shape(ct, self.dims())), dim, index,
                              ir::Full(1, ir::Shape(ct, index.dims())), 1);
   cnt = ir::Select(ir::Compare(CompareDir::kEQ, cnt, ir::Full(0, cnt.shape())), ir::Full(1, cnt.shape()), cnt);
+  if (ReducedFloat(t)) {
+    // eager: the sum and the counts are tensors of self's dtype (each accumulated in float32 and
+    // rounded once), then divided in that dtype
+    sum = Cast(Cast(sum, t), ct);
+    cnt = Cast(Cast(cnt, t), ct);
+  }
   Value q = ir::Binary(Op::kDiv, sum, cnt);
   if (!ir::IsFloating(t)) {  // floor division (div's rounding_mode='floor'); integer division truncates
     Value r = ir::Binary(Op::kRem, sum, cnt);
@@ -895,8 +918,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"scatter_add", [](OpArgs& a) -> V {
     Value x = a.V(0);
-    CheckDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), "scatter_add", a.device);
-    return {ScatterDim(x, ir::NormalizeDim(a.Int(1), x.rank()), a.V(2), a.V(3), true)};
+    int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    CheckDim(x, d, a.V(2), "scatter_add", a.device);
+    if (ReducedFloat(x.dtype())) return {ScatterInF32(x, d, a.V(2), a.V(3), 1)};
+    return {ScatterDim(x, d, a.V(2), a.V(3), true)};
   }});
   auto index = [](OpArgs& a) -> V {
     Value x = a.V(0);
@@ -1186,8 +1211,16 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     }
     CheckIndexRange(idx, 0, x.dims()[d], "index_add_(): index out of range", a.device);
     if (v.rank() == 0) v = ir::Reshape(v, {1});
-    if (a.S(4).AsDouble() != 1.0) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
+    bool alpha_one = a.S(4).AsDouble() == 1.0;
+    if (!alpha_one) v = Bin(Op::kMul, v, ScalarV(a.S(4), x.dtype(), a.device));
     Value ib = ir::BroadcastInDim(Cast(ir::Reshape(idx, {idx.shape().numel()}), DType::kS64), v.dims(), {d});
+    // eager's CPU index_add takes scatter_add's path (float32 accumulation of float16 / bfloat16,
+    // rounded once) for alpha 1, an int64 index and the first or last dim of a tensor of rank >= 2;
+    // elsewhere it adds slice by slice, rounding after each addition (as the scatter below does)
+    if (alpha_one && ReducedFloat(x.dtype()) && x.rank() >= 2 && (d == 0 || d == x.rank() - 1) &&
+        idx.dtype() == DType::kS64) {
+      return {ScatterInF32(x, d, ib, v, 1)};
+    }
     return {ScatterDim(x, d, ib, v, true)};
   }});
   rows.push_back({"upsample_nearest2d_backward", [](OpArgs& a) -> V {
