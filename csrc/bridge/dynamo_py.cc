@@ -397,7 +397,6 @@ void RegisterDynamoBindings(py::module& m) {
   m.def("_dynamo_compile", &Compile, py::arg("trace"), py::arg("outputs"), py::arg("name"),
         py::arg("may_donate") = std::vector<int>{}, py::arg("may_donate_wide") = std::vector<int>{});
   m.def("_dynamo_run", &Run, py::arg("graph"), py::arg("args"));
-  m.def("_tmp_make_base", [](const at::Tensor& t) { MaybeMakeBase(t); });
   m.def("_dynamo_write_info", &WriteInfo, py::arg("tensor"));
   m.def("_dynamo_pack_cpu_scalars", &PackCpuScalars, py::arg("args"), py::arg("groups"));
   m.def("_dynamo_add_cpu_scalars", &AddCpuScalars, py::arg("args"), py::arg("increments"));
