@@ -1015,3 +1015,59 @@ def test_clear_all_drops_samples_of_steps_in_flight():
         met.clear_all()
         assert met.metric_data("ExecuteTime") is None
     assert x.cpu().shape == (300, 300)
+
+
+_TORCH_CHECKPOINT_SCRIPT = r"""
+import torch, torch.nn as nn, torch_xla
+import torch.utils.checkpoint as cp
+torch._register_device_module("xla", torch_xla)   # what PyTorch/XLA scripts do to use torch's checkpoint
+d = torch_xla.device()
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.GELU(), nn.Linear(16, 4)).to(d)
+x0 = torch.randn(5, 8)
+for reentrant in (True, False):
+    got = []
+    for ck in (True, False):
+        m.zero_grad()
+        x = x0.to(d).requires_grad_()
+        torch_xla.manual_seed(1)
+        y = cp.checkpoint(m, x, use_reentrant=reentrant) if ck else m(x)
+        y.sum().backward()
+        got.append((y.detach().cpu(), x.grad.cpu(), m[0].weight.grad.cpu()))
+    for a, b in zip(*got):
+        assert torch.equal(a, b), (reentrant, a, b)
+# the state is a lazy tensor: taking it and setting it back repeats the same draws
+s = torch.xla.get_rng_state()
+assert s.device.type == "xla" and s.dtype == torch.uint64 and s.dim() == 0
+a = torch.rand(4, device=d)
+torch.xla.set_rng_state(s)
+b = torch.rand(4, device=d)
+assert torch.equal(a.cpu(), b.cpu())
+with torch.random.fork_rng(devices=[0], device_type="xla"):
+    c = torch.rand(4, device=d)
+e = torch.rand(4, device=d)
+assert torch.equal(c.cpu(), e.cpu()) and not torch.equal(a.cpu(), c.cpu())
+torch.xla.set_rng_state(7)
+f = torch.rand(4, device=d)
+torch_xla.manual_seed(7)
+assert torch.equal(f.cpu(), torch.rand(4, device=d).cpu())
+for bad in (torch.ones(2), "x", torch.ones(2, device=d)):
+    try:
+        torch.xla.set_rng_state(bad)
+    except (TypeError, ValueError):
+        pass
+    else:
+        raise AssertionError(f"set_rng_state accepted {bad!r}")
+print("ok")
+"""
+
+
+def test_torch_checkpoint_keeps_the_xla_rng_when_torch_xla_is_the_device_module():
+    """Scripts register torch_xla as torch's "xla" device module to use torch.utils.checkpoint;
+    checkpoint and fork_rng then save and restore the device RNG through the module's
+    `_initialized` / `get_rng_state` / `set_rng_state`. Without them the recomputed forward drew new
+    dropout masks: silently wrong gradients. (A subprocess: the registration is process-wide.)"""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _TORCH_CHECKPOINT_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

@@ -109,6 +109,53 @@ def manual_seed(seed, device=None):
     _xm.set_rng_state(seed, device)
 
 
+# The device-module protocol. Many PyTorch/XLA scripts register this package as torch's "xla" device
+# module (`torch._register_device_module("xla", torch_xla)`) so that torch.utils.checkpoint accepts
+# XLA tensors; checkpoint and torch.random.fork_rng then save and restore the device's random number
+# generator through `_initialized`, `get_rng_state` and `set_rng_state`. Without them checkpoint
+# skipped the XLA generator and the recomputed forward drew new dropout masks: wrong gradients.
+_initialized = True
+
+
+def _rng_device_index(device) -> int:
+    if device is None:
+        # inside `with torch_xla.device(i):` (what checkpoint does) the default device is xla:i
+        d = torch.get_default_device()
+        return d.index or 0 if d.type == "xla" else 0
+    if isinstance(device, int) and not isinstance(device, bool):
+        return _check_index(device)
+    from .core import xla_model as _xm
+    return _xm._parse_index(device)
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    """Returns the XLA device's random number generator state as a 0-dim uint64 XLA tensor.
+
+    Reading it runs nothing (the state may still be pending); `set_rng_state` takes it back, so
+    random ops after it repeat what followed `get_rng_state` (``xm.get_rng_state`` returns the seed
+    as an int instead, running what is pending).
+    """
+    return _C._rng_state(_rng_device_index(device))
+
+
+def set_rng_state(new_state, device=None) -> None:
+    """Sets the XLA device's random number generator state: a state from `get_rng_state`, or an int
+    seed (as ``xm.set_rng_state``)."""
+    idx = _rng_device_index(device)
+    if isinstance(new_state, torch.Tensor) and new_state.device.type == "xla":
+        _C._set_rng_state(new_state, idx)
+        return
+    if isinstance(new_state, torch.Tensor):
+        if new_state.numel() != 1:
+            raise ValueError(f"set_rng_state: expected a state from torch_xla.get_rng_state(), got a tensor of "
+                             f"shape {tuple(new_state.shape)}")
+        new_state = int(new_state.item())
+    if not isinstance(new_state, int) or isinstance(new_state, bool):
+        raise TypeError(f"set_rng_state: expected a state from torch_xla.get_rng_state() or an int, got "
+                        f"{type(new_state).__name__}")
+    _C._set_seed(new_state & 0xFFFFFFFFFFFFFFFF, idx)
+
+
 def compile(f: Optional[Callable] = None, full_graph: Optional[bool] = False, name: Optional[str] = None,
             num_different_graphs_allowed: Optional[int] = None):
     """Optimizes given model/function using torch_xla's LazyTensor tracing mode.

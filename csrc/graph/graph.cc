@@ -488,6 +488,29 @@ uint64_t GetSeed(int device) {
   return s;
 }
 
+TensorPtr RngStateSnapshot(int device) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  return TensorFromValue(SeedTensor(device)->GetValue(), device);
+}
+
+void SetRngStateFrom(const TensorPtr& state, int device) {
+  const ir::Shape shape(DType::kU64, {});
+  if (state->shape() != shape) {
+    throw std::invalid_argument("set_rng_state: expected a state from torch_xla.get_rng_state() (a 0-dim uint64 "
+                                "tensor), got " + state->shape().ToString());
+  }
+  TensorPtr t;
+  if (state->device() == device) {
+    t = TensorFromValue(state->GetValue(), device);
+  } else {  // another device's state: through the host
+    uint64_t s = 0;
+    TensorToHost(state, &s);
+    t = TensorFromHost(&s, shape, device);
+  }
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  Seeds()[device] = std::move(t);
+}
+
 Value NextRngState(int device) {
   std::lock_guard<std::mutex> g(g_rng_mu);
   TensorPtr t = SeedTensor(device);

@@ -108,6 +108,11 @@ ir::Value ScalarValue(double v, int64_t iv, ir::DType t, int device, double imag
 // ---- Device RNG: the seed is a device tensor, a graph input.
 void SetSeed(uint64_t seed, int device);
 uint64_t GetSeed(int device);
+// The RNG state as a tensor holding the seed's current value: nothing runs (the value may be
+// pending). SetRngStateFrom makes such a state the device's seed again (torch_xla.get_rng_state /
+// set_rng_state: the device-module protocol torch.utils.checkpoint and torch.random.fork_rng use).
+TensorPtr RngStateSnapshot(int device);
+void SetRngStateFrom(const TensorPtr& state, int device);
 ir::Value NextRngState(int device);  // u64[2] state for rng_bit_generator; advances the seed in-graph
 
 // ---- In-graph checks (index bounds): a boolean scalar computed with the graph; a false value
