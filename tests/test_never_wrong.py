@@ -1722,3 +1722,33 @@ def test_reduced_float_scatter_accumulates_in_float32_as_eager():
             want = f(*args)
             got = f(*(a.to(DEV) for a in args)).cpu()
             assert _same(got, want), (dt, name, got, want)
+
+
+def test_explicit_generator_draws_as_eager_cpu():
+    """A random op given an explicit (CPU) torch.Generator draws from it as eager CPU does (as
+    upstream PyTorch/XLA: the op runs on the CPU fallback) and advances it; ours ignored it and drew
+    from the device RNG, so a seeded generator reproduced nothing. Views written in place keep the
+    rest of their base."""
+    def ops(dev):
+        g = torch.Generator().manual_seed(0)
+        out = [
+            torch.randn(5, device=dev, generator=g), torch.randn(5, device=dev, generator=g),  # advances
+            torch.rand(2, 3, device=dev, generator=g), torch.randint(0, 10, (5,), device=dev, generator=g),
+            torch.randperm(6, device=dev, generator=g),
+            torch.zeros(5, device=dev).normal_(2.0, 3.0, generator=g), torch.zeros(5, device=dev).uniform_(generator=g),
+            torch.bernoulli(torch.full((5,), 0.5, device=dev), generator=g),
+            torch.zeros(5, device=dev).bernoulli_(0.3, generator=g),
+            torch.multinomial(torch.ones(6, device=dev), 3, generator=g),
+            torch.zeros(5, device=dev).exponential_(generator=g), torch.zeros(5, device=dev).random_(0, 10, generator=g),
+            torch.normal(torch.zeros(5, device=dev), torch.ones(5, device=dev), generator=g),
+            torch.poisson(torch.ones(5, device=dev), generator=g),
+            torch.zeros(5, device=dev).geometric_(0.5, generator=g), torch.zeros(5, device=dev).log_normal_(generator=g),
+            torch.zeros(5, device=dev).cauchy_(generator=g),
+        ]
+        x = torch.zeros(4, 6, device=dev)
+        x[:, 1:3].normal_(generator=g)
+        w = torch.empty(3, 4, device=dev)
+        torch.nn.init.uniform_(w, -1, 1, generator=g)
+        return out + [x, w]
+    for want, got in zip(ops("cpu"), ops(DEV)):
+        assert _same(got.cpu(), want), (got, want)

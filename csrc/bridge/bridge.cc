@@ -413,9 +413,22 @@ class RowKernel : public c10::OperatorKernel {
     std::call_once(classes_once_, [&] {  // autograd may run the first call on a device thread
       for (const auto& a : schema.arguments()) classes_.push_back(Classify(a));
       op_name_ = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+      for (size_t i = 0; i < schema.arguments().size(); ++i) {
+        const auto& t = schema.arguments()[i].type();
+        auto opt = t->cast<c10::OptionalType>();
+        if ((opt ? opt->getElementType() : t)->kind() == c10::TypeKind::GeneratorType) generator_args_.push_back(i);
+      }
     });
     size_t n = schema.arguments().size();
     auto ivs = torch::jit::last(*stack, n);
+    for (size_t i : generator_args_) {
+      if (ivs[i].isGenerator() && ivs[i].toGenerator().defined()) {
+        // An explicit (CPU) generator: draw from it on the CPU, as upstream PyTorch/XLA does, so the
+        // values are eager's for that generator's state and advance it; our device RNG would ignore it.
+        CpuFallback(op, stack);
+        return;
+      }
+    }
     if (allow_cpu_tensors_ && n > 0 && ivs[0].isTensor()) {
       // copy is what functionalization runs for copy_: an inner value with a broadcast (stride 0)
       // layout is an expand view's, which eager refuses to copy into.
@@ -733,6 +746,7 @@ class RowKernel : public c10::OperatorKernel {
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
   mutable std::vector<ArgClass> classes_;
+  mutable std::vector<size_t> generator_args_;  // indices of Generator? arguments, set with classes_
   std::once_flag classes_once_;
   mutable std::string op_name_;  // "aten::add.Tensor", set with classes_
 };

@@ -552,6 +552,11 @@ struct InplaceMeta : c10::OperatorKernel {
     }
     NoteOverlappingWrite(self);
     torch::jit::Stack st(ivs.begin(), ivs.end());
+    // A generator does not change shapes or dtypes, and torch's Python metas of the random fills
+    // (exponential, cauchy, ...) refuse one ("generator is not supported in refs").
+    for (auto& v : st) {
+      if (v.isGenerator()) v = c10::IValue();
+    }
     try {
       functional_.callBoxed(st);
       if (!st.empty() && st[0].isTensor()) {
