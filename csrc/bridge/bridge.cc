@@ -77,6 +77,10 @@ DType ToDType(at::ScalarType t) {
 }
 
 // ------------------------------------------------------------------ TensorImpl
+XLATensorImpl::~XLATensorImpl() {
+  if (tensor_ && graph::ProcessExiting()) new graph::TensorPtr(std::move(tensor_));  // deliberately leaked
+}
+
 XLATensorImpl::XLATensorImpl(graph::TensorPtr t)
     : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::XLA),
                       caffe2::TypeMeta::fromScalarType(ToScalarType(t->shape().dtype)),

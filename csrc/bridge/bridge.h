@@ -14,6 +14,9 @@ namespace txla::bridge {
 class XLATensorImpl : public c10::TensorImpl {
  public:
   explicit XLATensorImpl(graph::TensorPtr t);
+  // Leaks the lazy tensor once the process is exiting (graph::ProcessExiting): torch's static
+  // caches (autocast's cast cache) free their tensors after our statics are gone.
+  ~XLATensorImpl() override;
   const graph::TensorPtr& tensor() const { return tensor_; }
   void set_tensor(graph::TensorPtr t);  // also refreshes sizes
 

@@ -192,6 +192,9 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_xla's aten bridge";
   bridge::RegisterKernels();
   graph::SetClientStartHook(&bridge::RegisterHostKernels);
+  // After the interpreter has finalized, XLA tensors that C++ statics still hold are leaked at exit
+  // (see graph::ProcessExiting).
+  Py_AtExit(&graph::SetProcessExiting);
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -283,6 +283,13 @@ void DataToHost(const ir::DeviceData& d, void* dst) {
   }
 }
 
+namespace {
+std::atomic<bool> g_exiting{false};
+}  // namespace
+
+bool ProcessExiting() { return g_exiting.load(std::memory_order_relaxed); }
+void SetProcessExiting() { g_exiting.store(true); }
+
 runtime::Client& GetClient() {
   if (runtime::InForkedChild()) {
     throw std::runtime_error(
