@@ -1,6 +1,7 @@
 """Issue #7 regressions: each case once gave a silently wrong answer, accepted an invalid program,
 lost data or hung. Every result is compared with eager CPU (values, NaN positions, signed zeros,
 dtypes, shapes) and every error with eager's exception type."""
+import copy
 import math
 import os
 import subprocess
@@ -1760,3 +1761,28 @@ def test_explicit_generator_draws_as_eager_cpu():
         return out + [x, w]
     for want, got in zip(ops("cpu"), ops(DEV)):
         assert _same(got.cpu(), want), (got, want)
+
+
+def test_packed_sequences_through_rnns_as_eager():
+    """pack_padded_sequence's batch_sizes is a CPU tensor (as on CUDA) that the packed RNN kernels and
+    pad_packed_sequence read through a data pointer; functionalization wrapped it and GRU/LSTM on a
+    packed XLA batch raised "its data is not allocated yet". Values and gradients as eager."""
+    import torch.nn as nn
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pack_sequence
+    x0 = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    lengths = torch.tensor([2, 5, 3])
+    for cls in (nn.GRU, nn.LSTM, nn.RNN):
+        torch.manual_seed(0)
+        ref = cls(4, 3, batch_first=True, num_layers=2, bidirectional=True)
+        res = []
+        for dev in ("cpu", DEV):
+            m = copy.deepcopy(ref).to(dev)
+            x = x0.clone().to(dev).requires_grad_()
+            p = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            assert p.batch_sizes.device.type == "cpu" and p.batch_sizes.tolist() == [3, 3, 2, 1, 1]
+            y, n = pad_packed_sequence(m(p)[0], batch_first=True)
+            y.pow(2).sum().backward()
+            q = m(pack_sequence([x0[0, :2].to(dev), x0[1].to(dev)], enforce_sorted=False))[0]
+            res.append([y.detach().cpu(), n, x.grad.cpu(), m.weight_ih_l0.grad.cpu(), q.data.detach().cpu()])
+        for want, got in zip(*res):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -697,6 +697,29 @@ void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op) {
               "tensor before performing the operation.");
 }
 
+// nn.utils.rnn.pack_padded_sequence: `batch_sizes` is a CPU tensor by design (eager CUDA too), which
+// the RNNs' packed kernels (gru.data, lstm.data, ...) and _pad_packed_sequence read through a data
+// pointer. torch's generated Functionalize kernel wrapped it like any result, and a functional
+// wrapper has no data: "The tensor has a non-zero number of elements, but its data is not allocated
+// yet". Same kernel, with the CPU result returned as the plain CPU tensor it is.
+std::tuple<at::Tensor, at::Tensor> PackPaddedSequenceFunctionalize(const at::Tensor& input, const at::Tensor& lengths,
+                                                                   bool batch_first) {
+  auto unwrap = [](const at::Tensor& t) {
+    if (!at::functionalization::impl::isFunctionalTensor(t)) return t;
+    at::functionalization::impl::sync(t);
+    return at::functionalization::impl::from_functional_tensor(t);
+  };
+  std::tuple<at::Tensor, at::Tensor> r;
+  {
+    at::AutoDispatchSkipFunctionalize guard;
+    r = at::_ops::_pack_padded_sequence::call(unwrap(input), unwrap(lengths), batch_first);
+  }
+  auto wrap = [](const at::Tensor& t) {
+    return t.defined() && !t.device().is_cpu() ? at::functionalization::impl::to_functional_tensor(t) : t;
+  };
+  return {wrap(std::get<0>(r)), wrap(std::get<1>(r))};
+}
+
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   struct Quiet : c10::WarningHandler {
     void process(const c10::Warning&) override {}  // the overrides below are deliberate
@@ -713,6 +736,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("_amp_update_scale.out", TORCH_FN(AmpUpdateScaleOutFunctionalize));
   fn->impl("rrelu_with_noise.out", TORCH_FN(RreluWithNoiseOutFunctionalize));
   fn->impl("_fused_moving_avg_obs_fq_helper.out", TORCH_FN(FusedMovingAvgObsFqHelperOutFunctionalize));
+  fn->impl("_pack_padded_sequence", TORCH_FN(PackPaddedSequenceFunctionalize));
   RegisterOutFromFirstResult(*fn);
   RegisterCopyOfViewKernels(*fn);
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
