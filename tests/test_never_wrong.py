@@ -1786,3 +1786,37 @@ def test_packed_sequences_through_rnns_as_eager():
             res.append([y.detach().cpu(), n, x.grad.cpu(), m.weight_ih_l0.grad.cpu(), q.data.detach().cpu()])
         for want, got in zip(*res):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+_FOLDED_INT_DIVISION_SCRIPT = r"""
+import torch, torch_xla
+d = torch_xla.device()
+t = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32).to(d)
+for f in (lambda z: torch.fmod(z, z), lambda z: torch.remainder(t, z), lambda z: t // z,
+          lambda z: torch.div(t, z, rounding_mode="trunc")):
+    try:
+        f(t * 0).cpu()
+    except RuntimeError as e:
+        assert "ZeroDivisionError" in str(e), e
+    else:
+        raise AssertionError("no ZeroDivisionError")
+for dt in (torch.int8, torch.int16, torch.int32, torch.int64):
+    lo = torch.iinfo(dt).min
+    a, b = torch.tensor([lo, lo, 7, -7], dtype=dt), torch.tensor([-1, 1, -1, 2], dtype=dt)
+    for f in (torch.fmod, torch.remainder):
+        assert torch.equal(f(a.to(d), b.to(d)).cpu(), f(a, b)), (dt, f)
+    # eager's own CPU kernel dies with SIGFPE on lo // -1; two's complement wraps to lo
+    assert torch.div(a.to(d), b.to(d), rounding_mode="trunc").cpu().tolist() == [lo, lo, -7, -3]
+    folded = torch.div(torch.zeros(3, dtype=dt, device=d) + lo, torch.zeros(3, dtype=dt, device=d) - 1, rounding_mode="trunc")
+    assert folded.cpu().tolist() == [lo] * 3
+print("ok")
+"""
+
+
+def test_integer_division_that_xla_folds_never_kills_the_process():
+    """XLA's constant folding evaluates integer division and remainder in C++: fmod(t * 0, t * 0)
+    (both operands fold to 0) killed the process with SIGFPE (fuzz seed 56193), as would INT_MIN / -1.
+    Such lanes divide by 1: eager's ZeroDivisionError is raised as before, INT_MIN % -1 is 0 and
+    INT_MIN / -1 wraps. In a subprocess: a regression would kill the test runner."""
+    r = subprocess.run([sys.executable, "-c", _FOLDED_INT_DIVISION_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stdout, r.stderr[-2000:])

@@ -1,6 +1,7 @@
 #include "ir/ir.h"
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cmath>
 #include <sstream>
@@ -361,6 +362,30 @@ Value Binary(Op op, const Value& a, const Value& b) {
     return Make(op, {Opaque(a), b}, a.shape());  // pow(exp(A),B) => exp(A*B), pow(A*A,0.5) => |A|
   }
   if (op == Op::kPow && IsIntegral(a.dtype(), false) && a.dtype() == b.dtype()) return IntPow(a, b);
+  if ((op == Op::kDiv || op == Op::kRem) && IsIntegral(a.dtype(), false)) {
+    // XLA's constant folding evaluates integer division and remainder in C++: a divisor that folds
+    // to 0 (or INT_MIN / -1) killed the process with SIGFPE (fuzz seed 56193: fmod(t * 0, t * 0)).
+    // Such lanes divide by 1 instead: x / 1 = x and x % 1 = 0 are eager's INT_MIN / -1 and
+    // INT_MIN % -1 (two's complement wrap), and a zero divisor raises at the op (the integer rows
+    // check it in-graph), so those lanes' values are never read.
+    DType t = a.dtype();
+    auto full = [&](int64_t v) { return BroadcastInDim(ConstantInt(v, t), b.dims(), {}); };
+    Value bad = Compare(CompareDir::kEQ, b, full(0));
+    int bits = 0;
+    switch (t) {
+      case DType::kS8: bits = 8; break;
+      case DType::kS16: bits = 16; break;
+      case DType::kS32: bits = 32; break;
+      case DType::kS64: bits = 64; break;
+      default: break;  // unsigned: no overflow
+    }
+    if (bits) {
+      int64_t lowest = bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1));
+      bad = Binary(Op::kOr, bad,
+                   Binary(Op::kAnd, Compare(CompareDir::kEQ, a, full(lowest)), Compare(CompareDir::kEQ, b, full(-1))));
+    }
+    return Make(op, {a, Select(bad, full(1), b)}, a.shape());
+  }
   if (op == Op::kAdd && IsFloating(a.dtype())) {  // -0.0 + 0.0 is +0.0 (see IsPlusZeroConstant)
     if (IsPlusZeroConstant(b)) return PlusZero(a);
     if (IsPlusZeroConstant(a)) return PlusZero(b);
