@@ -1820,3 +1820,17 @@ def test_integer_division_that_xla_folds_never_kills_the_process():
     INT_MIN / -1 wraps. In a subprocess: a regression would kill the test runner."""
     r = subprocess.run([sys.executable, "-c", _FOLDED_INT_DIVISION_SCRIPT], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def test_reduced_float_trunc_division_by_a_scalar_as_eager():
+    """eager's float16/bfloat16 trunc division by a Python number or a 0-dim tensor divides in float32
+    by the unrounded divisor, truncates, then rounds once: -inf / 70000. is -inf (ours was nan: the
+    divisor became the float16 inf; fuzz seed 55128) and float16 10000 / 3 is 3332 (ours 3334)."""
+    for dt in (torch.float16, torch.bfloat16):
+        x = torch.tensor([-float("inf"), 65504.0, -3.0, 0.5, 7.0, -7.5, 1e4, float("nan"), -0.0], dtype=dt)
+        y = torch.tensor([2.0, 3.0, -0.3, 0.1, 1e-3, 2.5, 0.07, 1.0, 5.0], dtype=dt)
+        for other in (70000.0, 0.1, 3, -2.5, 1e39, torch.tensor(0.3), torch.tensor(70000.0), torch.tensor(0.3, dtype=dt), y):
+            want = torch.div(x, other, rounding_mode="trunc")
+            o = other.to(DEV) if isinstance(other, torch.Tensor) else other
+            assert _same(torch.div(x.to(DEV), o, rounding_mode="trunc").cpu(), want), (dt, other)
+            assert _same(x.to(DEV).div_(o, rounding_mode="trunc").cpu(), want), (dt, other)

@@ -19,7 +19,7 @@ import _fuzz
 SEEDS = list(range(0, 160)) + [162, 163, 166, 1510, 1695, 1892, 1913, 1998, 5012, 5165, 5464, 6134, 7347, 7806,
                                 7950, 9515, 9810, 10053, 10183, 10454, 10798, 11369, 11856,
                                 12071, 12143, 12793, 12808, 15757, 16877, 18455, 20708, 21022, 21292, 24104, 25353,
-                                42180, 42363, 46254, 47454, 51327, 54110]
+                                42180, 42363, 46254, 47454, 51327, 54110, 55128, 56193]
 
 # Bugs (FUZZ_FINDINGS.md uses the same names).
 EXPAND_INPLACE = "known: in-place write through an expand view (no 'more than one element' error; wrong values)"

@@ -130,6 +130,18 @@ V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mo
     DType ct = OpMath(t);
     return {Cast(FloorDivFloat(Cast(Cast(a.V(0), t), ct), Cast(Cast(other_in, t), ct)), t)};
   }
+  if (OpMath(t) != t && *mode == "trunc" && other_in.rank() == 0) {
+    // eager's trunc division of float16/bfloat16 by a scalar (a Python number or a 0-dim tensor)
+    // takes its CPU-scalar path: the divisor as given (not rounded to the dtype first: -inf / 70000.
+    // is -inf, where the float16 divisor inf would give nan; fuzz seed 55128), the quotient
+    // truncated in float32, then rounded once (float16 10000 / 3 is 3332, not 3334). A tensor
+    // divisor keeps the form of eager's vectorized loop below (quotient rounded, then truncated).
+    DType ct = OpMath(t);
+    Value q = Bin(Op::kDiv, Cast(Cast(a.V(0), t), ct), Cast(other_in, ct));
+    q = ir::Select(ir::Compare(CompareDir::kLT, q, ir::Full(0, q.shape())), ir::Unary(Op::kCeil, q),
+                   ir::Unary(Op::kFloor, q));
+    return {Cast(q, t)};
+  }
   Value x = Cast(a.V(0), t), y = Cast(other_in, t);
   if (ir::IsIntegral(t, true)) {
     if (ProductOf(BroadcastShapes(x.dims(), y.dims())) > 0) CheckNonZeroDivisor(y, a.device);  // per element, as eager
