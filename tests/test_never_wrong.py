@@ -1834,3 +1834,22 @@ def test_reduced_float_trunc_division_by_a_scalar_as_eager():
             o = other.to(DEV) if isinstance(other, torch.Tensor) else other
             assert _same(torch.div(x.to(DEV), o, rounding_mode="trunc").cpu(), want), (dt, other)
             assert _same(x.to(DEV).div_(o, rounding_mode="trunc").cpu(), want), (dt, other)
+
+
+def test_explicit_memory_format_lays_out_results_as_eager():
+    """clone/contiguous/empty_like/zeros_like with memory_format=torch.channels_last gave contiguous
+    strides for a contiguous input (only .to() honoured it), so a later .view() or reshape behaved
+    otherwise than eager's (a channels-last tensor's .view(-1) raises; its reshape copies)."""
+    x = torch.arange(120.0).reshape(2, 3, 4, 5)
+    cases = [lambda t: t.clone(memory_format=torch.channels_last),
+             lambda t: t.contiguous(memory_format=torch.channels_last),
+             lambda t: torch.zeros_like(t, memory_format=torch.channels_last) + t,
+             lambda t: torch.empty_like(t, memory_format=torch.channels_last).fill_(2) * t,
+             lambda t: t.permute(0, 2, 3, 1).clone(memory_format=torch.contiguous_format),
+             lambda t: t.clone(memory_format=torch.channels_last).reshape(-1)]
+    for f in cases:
+        want, got = f(x), f(x.to(DEV))
+        assert got.stride() == want.stride() and torch.equal(got.cpu(), want)
+    for t in (x, x.to(DEV)):
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            t.clone(memory_format=torch.channels_last).view(-1)

@@ -231,6 +231,16 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
       if (r.isTensor() && r.toTensor().defined() && r.toTensor().sizes().equals(t.sizes())) candidate = true;
     }
   }
+  // An explicit memory_format other than preserve/contiguous (clone, empty_like, contiguous(memory_format=
+  // torch.channels_last) through clone) lays the result out in that format even for a contiguous input.
+  {
+    const auto& args = op.schema().arguments();
+    for (size_t i = 0; i < args.size() && i < ivs.size(); ++i) {
+      if (args[i].name() != "memory_format" || ivs[i].isNone() || !ivs[i].isInt()) continue;
+      auto mf = static_cast<at::MemoryFormat>(ivs[i].toInt());
+      if (mf != at::MemoryFormat::Preserve && mf != at::MemoryFormat::Contiguous) any_strided = candidate = true;
+    }
+  }
   const std::string& name = op.schema().name();
   // LAPACK-backed ops: eager's results are column-major (batched Fortran order) whatever the inputs'
   // layout (`torch.linalg.inv(a).is_contiguous()` is False; `.view(-1)` of it raises); their meta
@@ -304,6 +314,8 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
       if (v.isTensor() && v.toTensor().defined()) {
         const at::Tensor& t = v.toTensor();
         st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+      } else if (v.isDevice()) {
+        st.emplace_back(c10::Device(c10::kMeta));  // a factory (empty.memory_format): its meta kernel
       } else {
         st.push_back(v);
       }
