@@ -121,7 +121,7 @@ def _rng_device_index(device) -> int:
     if device is None:
         # inside `with torch_xla.device(i):` (what checkpoint does) the default device is xla:i
         d = torch.get_default_device()
-        return d.index or 0 if d.type == "xla" else 0
+        return (d.index or 0) if d.type == "xla" else 0
     if isinstance(device, int) and not isinstance(device, bool):
         return _check_index(device)
     from .core import xla_model as _xm

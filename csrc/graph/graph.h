@@ -112,6 +112,10 @@ uint64_t GetSeed(int device);
 // pending). SetRngStateFrom makes such a state the device's seed again (torch_xla.get_rng_state /
 // set_rng_state: the device-module protocol torch.utils.checkpoint and torch.random.fork_rng use).
 TensorPtr RngStateSnapshot(int device);
+void SetRngStateFrom(const TensorPtr& state, int device);
+ir::Value NextRngState(int device);  // u64[2] state for rng_bit_generator; advances the seed in-graph
+
+// ---- Process exit.
 // True once the interpreter has finalized (set from Py_AtExit: Python's objects are gone, C++ statics
 // are next). XLA tensors freed after that are leaked instead of destroyed, since the statics their
 // destruction uses (the live-tensor list, IR work lists, the client) may already be gone: a static
@@ -119,8 +123,6 @@ TensorPtr RngStateSnapshot(int device);
 // heap.
 bool ProcessExiting();
 void SetProcessExiting();
-void SetRngStateFrom(const TensorPtr& state, int device);
-ir::Value NextRngState(int device);  // u64[2] state for rng_bit_generator; advances the seed in-graph
 
 // ---- In-graph checks (index bounds): a boolean scalar computed with the graph; a false value
 // raises IndexCheckError (Python IndexError) at the next sync or host read, naming the op.

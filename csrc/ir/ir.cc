@@ -1,9 +1,9 @@
 #include "ir/ir.h"
 
 #include <algorithm>
-#include <limits>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace txla::ir {
