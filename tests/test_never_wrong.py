@@ -1853,3 +1853,57 @@ def test_explicit_memory_format_lays_out_results_as_eager():
     for t in (x, x.to(DEV)):
         with pytest.raises(RuntimeError, match="view size is not compatible"):
             t.clone(memory_format=torch.channels_last).view(-1)
+
+
+def test_scalar_overflow_checks_per_op_as_eager():
+    """Which ops check that a Python number fits the tensor's dtype, and how (c10's checked_convert):
+    masked_fill, index_fill, F.pad, clamp and fill_/full refuse finite values past a floating type's
+    largest (65505 in float16) and out-of-range integers, but let an integer number wrap into an
+    unsigned type (-1 into uint8); fill_/full of ONE element convert to float16/bfloat16/float8
+    unchecked (1e6 gives inf). Ours checked fill_ of float16 with a rounding allowance (65519 passed,
+    1e6 raised even for one element), skipped float32 (1e39 gave inf), refused uint8's -1, and did not
+    check pad, index_fill or clamp at all (300 padded into uint8 gave 44)."""
+    import torch.nn.functional as F
+    ops = {
+        "fill": lambda z, v: z.clone().fill_(v),
+        "masked_fill": lambda z, v: z.masked_fill(torch.ones(1, dtype=torch.bool, device=z.device), v),
+        "pad": lambda z, v: F.pad(z, (1, 0), value=v),
+        "full": lambda z, v: torch.full((1,), v, dtype=z.dtype, device=z.device),
+        "index_fill": lambda z, v: z.index_fill(0, torch.tensor([0], device=z.device), v),
+        "clamp": lambda z, v: z.clamp(max=v),
+        "clamp_min": lambda z, v: z.clamp_min(v),
+        "add": lambda z, v: z + v,
+    }
+    cases = [
+        (torch.float16, [65504.0, 65505.0, 65519.0, 65520.0, 1e6, 1e39, float("inf"), float("nan")]),
+        (torch.bfloat16, [3.39e38, 3.4e38, 1e39, float("inf")]),
+        (torch.uint8, [255, 256, -1, -255, -256, 300, -1.0, True]),
+        (torch.int8, [127, 128, -129]),
+        (torch.int16, [40000]),
+        (torch.int32, [2 ** 31, -(2 ** 31) - 1]),
+        (torch.float32, [1e39, float("inf")]),
+        (torch.float8_e4m3fn, [448.0, 449.0, 1000.0, float("inf"), float("nan")]),
+        (torch.float8_e5m2, [57344.0, 60000.0, 1e6, float("inf")]),
+    ]
+
+    def run(f, z, v):
+        try:
+            r = f(z, v).cpu().float()
+            f(torch.zeros_like(z).expand(3).contiguous(), v)  # three elements: fill/full check differently
+            return r
+        except RuntimeError as e:
+            return "raises" if "without overflow" in str(e) else str(e)
+
+    bad = []
+    for dt, vals in cases:
+        for name, f in ops.items():
+            for v in vals:
+                want = run(f, torch.zeros(1, dtype=dt), v)
+                got = run(f, torch.zeros(1, dtype=dt, device=DEV), v)
+                if isinstance(want, str) or isinstance(got, str):
+                    ok = want == got
+                else:
+                    ok = torch.equal(want.nan_to_num(7.0), got.nan_to_num(7.0))
+                if not ok:
+                    bad.append((dt, name, v, want, got))
+    assert not bad, bad

@@ -49,6 +49,8 @@ at::ScalarType ToScalarType(DType t) {
     case DType::kF64: return at::kDouble;
     case DType::kC64: return at::kComplexFloat;
     case DType::kC128: return at::kComplexDouble;
+    case DType::kF8E4M3FN: return at::kFloat8_e4m3fn;
+    case DType::kF8E5M2: return at::kFloat8_e5m2;
   }
   return at::kFloat;
 }
@@ -70,6 +72,8 @@ DType ToDType(at::ScalarType t) {
     case at::kDouble: return DType::kF64;
     case at::kComplexFloat: return DType::kC64;
     case at::kComplexDouble: return DType::kC128;
+    case at::kFloat8_e4m3fn: return DType::kF8E4M3FN;
+    case at::kFloat8_e5m2: return DType::kF8E5M2;
     default:
       throw c10::TypeError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
                            std::string("XLA tensors do not support dtype ") + c10::toString(t));
@@ -469,7 +473,9 @@ class RowKernel : public c10::OperatorKernel {
     try {
       outs = row_->fn(args);
     } catch (const ops::NotLowered&) {
-      // This call's arguments need the CPU (value-dependent shapes): the stack is untouched.
+      // This call's arguments need the CPU (value-dependent shapes, dtypes the row does not take):
+      // the stack is untouched; index checks the attempt queued are the fallback's to make.
+      graph::DropPendingChecks(device, checks_before);
       CpuFallback(op, stack);
       return;
     } catch (const ops::IndexError& e) {

@@ -410,6 +410,8 @@ void ScalarBytes(double v, int64_t iv, DType t, char* out, double imag) {
     case DType::kF64: { std::memcpy(out, &v, 8); return; }
     case DType::kC64: { float b[2] = {static_cast<float>(v), static_cast<float>(imag)}; std::memcpy(out, b, 8); return; }
     case DType::kC128: { double b[2] = {v, imag}; std::memcpy(out, b, 16); return; }
+    case DType::kF8E4M3FN: { uint8_t b = FloatToF8E4M3FNBits(static_cast<float>(v)); std::memcpy(out, &b, 1); return; }
+    case DType::kF8E5M2: { uint8_t b = FloatToF8E5M2Bits(static_cast<float>(v)); std::memcpy(out, &b, 1); return; }
   }
 }
 

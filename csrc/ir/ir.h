@@ -18,6 +18,9 @@ using DType = runtime::ElementType;
 
 bool IsFloating(DType t);   // f16, bf16, f32, f64
 bool IsComplex(DType t);
+// float8 (e4m3fn, e5m2): not IsFloating. Eager stores and moves them but computes almost nothing
+// in them; only data-movement rows take them (ops::Float8Rows), and conversions go through f32.
+inline bool IsFloat8(DType t) { return t == DType::kF8E4M3FN || t == DType::kF8E5M2; }
 bool IsIntegral(DType t, bool include_bool);
 bool IsUnsigned(DType t);   // u8.. and pred
 const char* DTypeName(DType t);  // StableHLO spelling

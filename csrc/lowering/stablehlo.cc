@@ -972,6 +972,12 @@ std::string ScalarLiteral(double f, int64_t n, DType t) {
     case DType::kBF16:
       std::snprintf(buf, sizeof buf, "dense<0x%04X>", FloatToBf16Bits(static_cast<float>(f)));
       return buf;
+    case DType::kF8E4M3FN:  // eager converts a double through float
+      std::snprintf(buf, sizeof buf, "dense<0x%02X>", FloatToF8E4M3FNBits(static_cast<float>(f)));
+      return buf;
+    case DType::kF8E5M2:
+      std::snprintf(buf, sizeof buf, "dense<0x%02X>", FloatToF8E5M2Bits(static_cast<float>(f)));
+      return buf;
     case DType::kC64: case DType::kC128:
       std::snprintf(buf, sizeof buf, "dense<(%.17e,0.000000e+00)>", f);  // exponent form: always a float literal
       return buf;

@@ -225,6 +225,22 @@ Value BroadcastTo(const Value& x, const std::vector<int64_t>& dims) {
 
 Value Cast(const Value& x, DType t) {
   if (x.dtype() == t) return x;
+  if (ir::IsFloat8(x.dtype())) {  // float8 -> float is exact; from there as eager converts a float
+    Value f = ir::Convert(x, DType::kF32);
+    return t == DType::kF32 ? f : Cast(f, t);
+  }
+  if (ir::IsFloat8(t)) {
+    // Eager converts to float8 from float only: a double or a 64-bit integer rounds to float first
+    // (twice rounded, as eager's static_cast), then to float8 (round to nearest even). e4m3fn has
+    // no infinity: eager saturates (1000 and inf give 448), XLA would give NaN. NaN stays NaN.
+    Value f = Cast(x, DType::kF32);
+    if (t == DType::kF8E4M3FN) {
+      Value hi = ir::Full(448.0, f.shape()), lo = ir::Full(-448.0, f.shape());
+      f = ir::Select(ir::Compare(ir::CompareDir::kGT, f, hi), hi,
+                     ir::Select(ir::Compare(ir::CompareDir::kLT, f, lo), lo, f));
+    }
+    return ir::Convert(f, t);
+  }
   if (t == DType::kPred) return ir::Compare(ir::CompareDir::kNE, x, ir::Full(0, x.shape()));
   if (ir::IsIntegral(t, false) && ir::IsFloating(x.dtype())) {
     // C-style truncation toward zero, as eager. Out of range (NaN, inf, too large), eager's CPU

@@ -32,6 +32,8 @@ const char* ScalarTypeName(DType t) {
     case DType::kF64: return "Double";
     case DType::kC64: return "ComplexFloat";
     case DType::kC128: return "ComplexDouble";
+    case DType::kF8E4M3FN: return "Float8_e4m3fn";
+    case DType::kF8E5M2: return "Float8_e5m2";
   }
   return "?";
 }
@@ -156,28 +158,35 @@ bool C10Range(DType t, const char** name, double* lo, double* hi) {
     case DType::kF16: *name = "c10::Half"; *lo = -65504; *hi = 65504; return true;
     case DType::kBF16: *name = "c10::BFloat16"; *lo = -3.3895313892515355e38; *hi = 3.3895313892515355e38; return true;
     case DType::kF32: *name = "float"; *lo = -3.4028234663852886e38; *hi = 3.4028234663852886e38; return true;
+    case DType::kF8E4M3FN: *name = "c10::Float8_e4m3fn"; *lo = -448; *hi = 448; return true;
+    case DType::kF8E5M2: *name = "c10::Float8_e5m2"; *lo = -57344; *hi = 57344; return true;
     default: return false;
   }
 }
 
-void CheckFits(const OpArgs& a, const Scalar& s, DType t) {
-  if (s.kind == Scalar::kComplex || t == DType::kPred || IsComplexT(t)) return;
-  double v = s.AsDouble();
-  if (std::isnan(v) || std::isinf(v)) {
-    if (ir::IsFloating(t)) return;
-  }
+// c10's checked_convert of a Python number to dtype t (`value.to<T>()`): floating types refuse
+// finite values beyond their largest (nan passes; inf passes where the type has one, so not
+// float8_e4m3fn); integer types refuse what is outside their range, except that an integer (or
+// bool) number may be negative down to -max for an unsigned type (it wraps); a float number may not.
+void CheckConverts(const OpArgs& a, const Scalar& s, DType t) {
+  if (s.kind == Scalar::kComplex || s.kind == Scalar::kBool || t == DType::kPred || IsComplexT(t)) return;
+  if (s.kind == Scalar::kInt && t == DType::kS64) return;
+  const double v = s.AsDouble();
   const char* name = nullptr;
   double lo = 0, hi = 0;
-  if (t == DType::kF32 || !C10Range(t, &name, &lo, &hi)) return;
-  if (s.kind == Scalar::kInt && t == DType::kS64) return;
-  bool fits = v >= lo && v <= hi;
-  if (ir::IsFloating(t) && !fits) {
-    // Values that round to the largest finite value are fine; eager refuses what overflows to inf.
-    fits = std::fabs(v) < hi * (1 + (t == DType::kF16 ? 1.0 / 2048 : 1.0 / 256));
-  }
-  if (!fits || std::isnan(v) || std::isinf(v)) {
-    a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
-  }
+  if (!C10Range(t, &name, &lo, &hi)) return;
+  const bool floating = ir::IsFloating(t) || ir::IsFloat8(t);
+  if (floating && (std::isnan(v) || (std::isinf(v) && t != DType::kF8E4M3FN))) return;
+  if (t == DType::kU8 && s.kind == Scalar::kInt) lo = -hi;
+  if (!(v >= lo && v <= hi)) a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
+}
+
+// fill_/full: checked as CheckConverts (even with no element to fill), except that eager fills a
+// one-element float16/bfloat16/float8 tensor unchecked, through float (its scalar_fill: 1e6 gives
+// inf in float16, 448 in float8_e4m3fn).
+void CheckFillFits(const OpArgs& a, const Scalar& s, DType t, int64_t numel) {
+  if (numel == 1 && (t == DType::kF16 || t == DType::kBF16 || ir::IsFloat8(t))) return;
+  CheckConverts(a, s, t);
 }
 
 // random_(from, to): eager's check_from_to_in_range for integral, bool and f16 tensors (f32, f64 and
@@ -198,21 +207,6 @@ void CheckRandomRange(OpArgs& a, int64_t from, std::optional<int64_t> to) {
   if (to && (*to - 1 < lo || *to - 1 > hi)) a.Fail(std::string("to - 1 is out of bounds for ") + name);
 }
 
-// eager converts add/sub's alpha to the result dtype with c10's checked conversion (`alpha.to<T>()`):
-// floating types refuse finite values beyond their largest (inf and nan pass), unsigned types take
-// -max..max, signed ones their range.
-void CheckAlphaFits(const OpArgs& a, const Scalar& s, DType t) {
-  if (s.kind == Scalar::kComplex || s.kind == Scalar::kBool || t == DType::kPred || IsComplexT(t)) return;
-  if (s.kind == Scalar::kInt && t == DType::kS64) return;
-  const double v = s.AsDouble();
-  const char* name = nullptr;
-  double lo = 0, hi = 0;
-  if (!C10Range(t, &name, &lo, &hi)) return;
-  if (t == DType::kU8) lo = -hi;  // c10 lets an unsigned type take -max..max
-  if (ir::IsFloating(t) && (std::isnan(v) || std::isinf(v))) return;
-  if (!(v >= lo && v <= hi)) a.Fail(std::string("value cannot be converted to type ") + name + " without overflow");
-}
-
 Rule IntegralAlpha(size_t alpha, bool scalar_other) {
   return [=](OpArgs& a) {
     if (a.IsNone(alpha)) return;
@@ -220,7 +214,17 @@ Rule IntegralAlpha(size_t alpha, bool scalar_other) {
     if (a.S(alpha).kind == Scalar::kFloat && ir::IsIntegral(t, true)) {
       a.Fail("For integral input tensors, argument alpha must not be a floating point number.");
     }
-    CheckAlphaFits(a, a.S(alpha), t);
+    CheckConverts(a, a.S(alpha), t);  // add/sub's alpha.to<T>()
+  };
+}
+
+// clamp's scalar bounds are converted to the result dtype with c10's checked conversion.
+Rule ClampBoundsConvert(std::vector<size_t> bounds) {
+  return [=](OpArgs& a) {
+    std::vector<const Scalar*> ss;
+    for (size_t k : bounds) if (!a.IsNone(k)) ss.push_back(&a.S(k));
+    DType t = ResultType({&a.T(0)}, ss);
+    for (const Scalar* sc : ss) CheckConverts(a, *sc, t);
   };
 }
 
@@ -324,7 +328,9 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"bitwise_or.Scalar", BitwiseInts("bitwise_or_cpu", true)},
       {"bitwise_xor.Tensor", BitwiseInts("bitwise_xor_cpu", false)},
       {"bitwise_xor.Scalar", BitwiseInts("bitwise_xor_cpu", true)},
-      {"masked_fill.Scalar", [](OpArgs& a) { CheckFits(a, a.S(2), a.V(0).dtype()); }},
+      {"masked_fill.Scalar", [](OpArgs& a) { CheckConverts(a, a.S(2), a.V(0).dtype()); }},
+      {"index_fill.int_Scalar", [](OpArgs& a) { CheckConverts(a, a.S(3), a.V(0).dtype()); }},
+      {"constant_pad_nd", [](OpArgs& a) { CheckConverts(a, a.S(2), a.V(0).dtype()); }},
       {"argmax", NoBoolRuntime("argmax(): does not support bool input")},
       {"argmin", NoBoolRuntime("argmin(): does not support bool input")},
       {"abs", NoBool("abs_cpu")},
@@ -382,6 +388,9 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"median", NoBool("median_cpu")},
       {"median.dim", NoBool("median_out")},
       {"trace", NoBool("trace")},
+      {"clamp", ClampBoundsConvert({1, 2})},
+      {"clamp_min", ClampBoundsConvert({1})},
+      {"clamp_max", ClampBoundsConvert({1})},
       {"hardtanh", [](OpArgs& a) {
          DType t = a.V(0).dtype();
          if (t == DType::kPred) a.Fail("Bool inputs not supported for hardtanh");
@@ -400,9 +409,13 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"rsub.Tensor", IntegralAlpha(2, false)},
       {"rsub.Scalar", IntegralAlpha(2, true)},
       {"full", [](OpArgs& a) {
-         if (auto t = a.OptDType(2)) CheckFits(a, a.S(1), *t);
+         if (auto t = a.OptDType(2)) {
+           int64_t n = 1;
+           for (int64_t d : a.Ints(0)) n *= d;
+           CheckFillFits(a, a.S(1), *t, n);
+         }
        }},
-      {"fill.Scalar", [](OpArgs& a) { CheckFits(a, a.S(1), a.V(0).dtype()); }},
+      {"fill.Scalar", [](OpArgs& a) { CheckFillFits(a, a.S(1), a.V(0).dtype(), a.V(0).shape().numel()); }},
       {"random.from", [](OpArgs& a) {
          auto to = a.OptInt(2);
          if (to && a.Int(1) >= *to) {
@@ -525,20 +538,69 @@ bool HasComplexOperand(const OpArgs& a) {
   return false;
 }
 
+// Rows whose lowering is right for float8 (e4m3fn, e5m2) operands: data movement, and copy (the
+// conversions, through float as eager). Eager's CPU kernels compute almost nothing in float8 (add,
+// mul, sum, clamp, flip, gather raise "not implemented"; abs, eq, mm, _scaled_mm do compute): any
+// other row with a float8 operand or result runs on the CPU fallback, so its values and its
+// exceptions are eager's. Operands mixing float8 with another floating dtype also go there (eager
+// refuses to promote float8), except in copy.
+const std::unordered_set<std::string>& Float8Rows() {
+  static const auto* rows = new std::unordered_set<std::string>{
+      "_reshape_alias_copy", "_unsafe_view", "alias_copy", "as_strided_copy", "cat", "clone", "constant_pad_nd",
+      "copy", "detach_copy", "diagonal_copy", "expand_copy", "lift_fresh_copy", "narrow_copy", "permute_copy",
+      "select_copy.int", "slice_copy.Tensor", "split_copy.Tensor", "split_with_sizes_copy", "squeeze_copy",
+      "squeeze_copy.dim", "squeeze_copy.dims", "stack", "t_copy", "transpose_copy.int", "unbind_copy.int",
+      "unsqueeze_copy", "view_copy", "index.Tensor", "_unsafe_index.Tensor", "index_select", "slice_scatter",
+      "select_scatter", "empty.memory_format", "empty_strided", "new_empty_strided"};
+  return *rows;
+}
+
+// 0: no float8 operand; 1: float8 operands, other operands integral/bool only (indices, masks);
+// 2: float8 mixed with another floating or complex dtype.
+int Float8Operands(const OpArgs& a) {
+  std::optional<DType> f8;
+  bool other_float = false;
+  auto see = [&](DType t) {
+    if (ir::IsFloat8(t)) {
+      if (f8 && *f8 != t) other_float = true;
+      f8 = t;
+    } else if (ir::IsFloating(t) || ir::IsComplex(t)) {
+      other_float = true;
+    }
+  };
+  for (const auto& arg : a.args) {
+    if (arg.kind == Arg::kTensor && arg.t.defined()) see(arg.t.v.dtype());
+    if (arg.kind == Arg::kTensorList || arg.kind == Arg::kOptTensorList) {
+      for (const auto& t : arg.tl) if (t.defined()) see(t.v.dtype());
+    }
+  }
+  if (!f8) return 0;
+  return other_float ? 2 : 1;
+}
 }  // namespace
 
 void WrapLegality(std::vector<OpRow>& rows) {
   const auto& rules = Rules();
   const auto& complex_rows = ComplexRows();
+  const auto& f8_rows = Float8Rows();
   for (auto& row : rows) {
     auto it = rules.find(row.aten);
     OpFn fn = row.fn;
     Rule rule = it == rules.end() ? Rule() : it->second;
     bool complex_ok = complex_rows.count(row.aten) > 0;
-    row.fn = [fn, rule, complex_ok](OpArgs& a) {
+    bool f8_ok = f8_rows.count(row.aten) > 0, f8_converts = row.aten == "copy";
+    row.fn = [fn, rule, complex_ok, f8_ok, f8_converts](OpArgs& a) {
       if (!complex_ok && HasComplexOperand(a)) throw NotLowered{};
+      int f8 = Float8Operands(a);
+      if (f8 != 0 && (!f8_ok || (f8 == 2 && !f8_converts))) throw NotLowered{};
       if (rule) rule(a);
-      return fn(a);
+      auto outs = fn(a);
+      if (!f8_ok) {
+        for (const auto& v : outs) {
+          if (v && ir::IsFloat8(v.dtype())) throw NotLowered{};  // a float8 result (a factory's dtype=)
+        }
+      }
+      return outs;
     };
   }
 }

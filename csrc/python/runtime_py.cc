@@ -42,6 +42,7 @@ const ElementType kAllTypes[] = {
     ElementType::kPred, ElementType::kS8,  ElementType::kS16, ElementType::kS32, ElementType::kS64,
     ElementType::kU8,   ElementType::kU16, ElementType::kU32, ElementType::kU64, ElementType::kF16,
     ElementType::kBF16, ElementType::kF32, ElementType::kF64, ElementType::kC64, ElementType::kC128,
+    ElementType::kF8E4M3FN, ElementType::kF8E5M2,
 };
 
 ElementType TypeFromName(const std::string& name) {
@@ -105,7 +106,7 @@ py::dtype DtypeFor(ElementType t) {
     case ElementType::kF64: return py::dtype("float64");
     case ElementType::kC64: return py::dtype("complex64");
     case ElementType::kC128: return py::dtype("complex128");
-    case ElementType::kBF16: break;
+    case ElementType::kBF16: case ElementType::kF8E4M3FN: case ElementType::kF8E5M2: break;
   }
   throw py::type_error(std::string("device type ") + runtime::ElementTypeName(t) +
                        " has no numpy dtype; use Buffer.to_bytes()");

@@ -163,6 +163,8 @@ PJRT_Buffer_Type ToPjrtType(ElementType t) {
     case ElementType::kF64: return PJRT_Buffer_Type_F64;
     case ElementType::kC64: return PJRT_Buffer_Type_C64;
     case ElementType::kC128: return PJRT_Buffer_Type_C128;
+    case ElementType::kF8E4M3FN: return PJRT_Buffer_Type_F8E4M3FN;
+    case ElementType::kF8E5M2: return PJRT_Buffer_Type_F8E5M2;
   }
   throw PjrtError("unknown ElementType " + std::to_string(static_cast<int>(t)));
 }
@@ -184,6 +186,8 @@ ElementType FromPjrtType(PJRT_Buffer_Type t) {
     case PJRT_Buffer_Type_F64: return ElementType::kF64;
     case PJRT_Buffer_Type_C64: return ElementType::kC64;
     case PJRT_Buffer_Type_C128: return ElementType::kC128;
+    case PJRT_Buffer_Type_F8E4M3FN: return ElementType::kF8E4M3FN;
+    case PJRT_Buffer_Type_F8E5M2: return ElementType::kF8E5M2;
     default: break;
   }
   throw PjrtError("PJRT buffer element type " + std::to_string(static_cast<int>(t)) +
@@ -277,7 +281,8 @@ void Check(const PJRT_Api* api, PJRT_Error* err, const char* what) {
 
 size_t ElementSize(ElementType t) {
   switch (t) {
-    case ElementType::kPred: case ElementType::kS8: case ElementType::kU8: return 1;
+    case ElementType::kPred: case ElementType::kS8: case ElementType::kU8:
+    case ElementType::kF8E4M3FN: case ElementType::kF8E5M2: return 1;
     case ElementType::kS16: case ElementType::kU16: case ElementType::kF16: case ElementType::kBF16: return 2;
     case ElementType::kS32: case ElementType::kU32: case ElementType::kF32: return 4;
     case ElementType::kS64: case ElementType::kU64: case ElementType::kF64: case ElementType::kC64: return 8;
@@ -303,6 +308,8 @@ const char* ElementTypeName(ElementType t) {
     case ElementType::kF64: return "f64";
     case ElementType::kC64: return "complex<f32>";
     case ElementType::kC128: return "complex<f64>";
+    case ElementType::kF8E4M3FN: return "f8E4M3FN";
+    case ElementType::kF8E5M2: return "f8E5M2";
   }
   return "unknown";
 }

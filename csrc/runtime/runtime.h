@@ -40,6 +40,7 @@ class __attribute__((visibility("default"))) PjrtError : public std::runtime_err
 enum class ElementType : int {
   kPred = 0, kS8, kS16, kS32, kS64, kU8, kU16, kU32, kU64,
   kF16, kBF16, kF32, kF64, kC64, kC128,
+  kF8E4M3FN, kF8E5M2,  // storage and data movement only (see ops::Float8Rows)
 };
 size_t ElementSize(ElementType t);
 const char* ElementTypeName(ElementType t);  // "f32", "bf16", "i1"... (StableHLO spelling)
