@@ -1853,6 +1853,18 @@ def test_explicit_memory_format_lays_out_results_as_eager():
     for t in (x, x.to(DEV)):
         with pytest.raises(RuntimeError, match="view size is not compatible"):
             t.clone(memory_format=torch.channels_last).view(-1)
+    # factories: torch.empty(..., memory_format=) (channels_last and channels_last_3d)
+    for size, mf in (((2, 3, 4, 5), torch.channels_last), ((2, 3, 2, 4, 5), torch.channels_last_3d),
+                     ((2, 3, 4, 5), torch.contiguous_format)):
+        want = torch.empty(size, memory_format=mf)
+        got = torch.empty(size, device=DEV, memory_format=mf)
+        assert got.stride() == want.stride(), (mf, got.stride(), want.stride())
+        assert (got.fill_(1) * 2).stride() == (want.fill_(1) * 2).stride()
+    for size, mf, msg in (((2, 3, 4, 5), torch.preserve_format, "unsupported memory format"),
+                          ((2, 3, 4, 5), torch.channels_last_3d, "required rank 5")):
+        for dev in ("cpu", DEV):
+            with pytest.raises(RuntimeError, match=msg):
+                torch.empty(size, device=dev, memory_format=mf)
 
 
 def test_scalar_overflow_checks_per_op_as_eager():

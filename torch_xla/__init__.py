@@ -16,6 +16,9 @@ from typing import Callable, List, Optional
 import torch
 
 from . import _C  # registers the XLA kernels with the dispatcher
+from ._internal import custom_ops as _custom_ops
+
+_custom_ops.install()  # composite custom ops run under functionalization on XLA tensors
 from ._internal import plugins as _plugins
 from ._internal import storage as _storage
 

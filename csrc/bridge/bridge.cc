@@ -415,6 +415,7 @@ class RowKernel : public c10::OperatorKernel {
         shares_input_(row->aten == "alias_copy" || row->aten == "detach_copy"),
         foreach_(row->aten.rfind("_foreach_", 0) == 0),
         strided_factory_(row->aten == "empty_strided"),
+        format_factory_(row->aten == "empty.memory_format"),
         wants_layout_(row->aten.rfind("as_strided", 0) == 0),
         counter_(metrics::CounterSlot("xla::" + row->aten.substr(0, row->aten.find('.')))) {
     // A *_copy view row: remember the view op, to give our results eager's strides (see ViewStrides).
@@ -531,6 +532,7 @@ class RowKernel : public c10::OperatorKernel {
     if (view_op_) ViewStrides(ivs, results);
     else if (!results.empty()) ResultStrides(op, ivs, results);
     if (strided_factory_) FactoryStrides(ivs, results);
+    if (format_factory_) FormatFactoryStrides(ivs, results);
     ApplyInplaceResultLayout(results);
     // Eager mode materializes the results and the arguments the op updated in place outside its
     // schema (native_batch_norm's running statistics), in the one graph of this op.
@@ -592,6 +594,17 @@ class RowKernel : public c10::OperatorKernel {
     at::Tensor probe = at::empty_strided(size, stride, at::TensorOptions().device(at::kMeta));
     if (probe.is_contiguous() || !probe.is_non_overlapping_and_dense()) return;
     SetLayout(results[0].toTensor(), size, stride);
+  }
+
+  // torch.empty(..., memory_format=torch.channels_last): eager's strides for that format.
+  static void FormatFactoryStrides(c10::ArrayRef<c10::IValue> ivs, const std::vector<c10::IValue>& results) {
+    if (ivs.size() < 6 || results.empty() || !results[0].isTensor() || ivs[5].isNone()) return;
+    at::MemoryFormat mf = ivs[5].toMemoryFormat();
+    if (mf == at::MemoryFormat::Contiguous) return;
+    // eager's errors too: "unsupported memory format Preserve", "required rank 5 tensor to use
+    // channels_last_3d format"
+    at::Tensor probe = at::empty(ToInts(ivs[0]), at::TensorOptions().device(at::kMeta).memory_format(mf));
+    if (!probe.is_contiguous()) SetLayout(results[0].toTensor(), probe.sizes(), probe.strides());
   }
 
   // Eager mode: materialize what this op produced (compiled once per op signature, cached).
@@ -764,6 +777,7 @@ class RowKernel : public c10::OperatorKernel {
   bool shares_input_;
   bool foreach_;
   bool strided_factory_;
+  bool format_factory_;
   bool wants_layout_;
   std::atomic<int64_t>* counter_;
   std::optional<c10::OperatorHandle> view_op_;
@@ -1197,7 +1211,7 @@ void RegisterKernels() {
   // fall back correctly). Run them under functionalization instead.
   for (const char* name : {"diagonal_backward", "unfold_backward", "trace_backward", "_trilinear", "native_group_norm",
                            "block_diag", "_chunk_cat", "unsafe_split.Tensor", "unsafe_split_with_sizes",
-                           "mvlgamma", "affine_grid_generator", "conv_tbc", "_euclidean_dist", "_stack"}) {
+                           "mvlgamma", "affine_grid_generator", "conv_tbc", "_euclidean_dist", "_stack", "rot90"}) {
     std::string full(name), base = full.substr(0, full.find('.'));
     std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
     if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {
@@ -1208,9 +1222,11 @@ void RegisterKernels() {
   }
   // CompositeExplicitAutograd kernels that call a CPU-only DispatchStub (eager CUDA has its own), and
   // factories that write into views of a tensor they create (functionalization does not see tensors
-  // made inside a kernel without tensor inputs): the CPU fallback, correct and counted.
+  // made inside a kernel without tensor inputs), and composites with a Python meta kernel (the helper
+  // above would run that Python decomposition below functionalization: addr's views and
+  // soft_margin_loss's resize_ reached the fallback one by one): the CPU fallback, correct and counted.
   for (const char* name : {"kaiser_window", "kaiser_window.periodic", "kaiser_window.beta", "fft_fftfreq",
-                           "fft_rfftfreq"}) {
+                           "fft_rfftfreq", "addr", "soft_margin_loss"}) {
     std::string full(name), base = full.substr(0, full.find('.'));
     std::string overload = full.find('.') == std::string::npos ? "" : full.substr(full.find('.') + 1);
     if (dispatcher.findSchema({"aten::" + base, overload}) && registered.insert(full).second) {

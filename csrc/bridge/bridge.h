@@ -47,6 +47,10 @@ void RegisterKernels();
 // Exact expand/unfold view inverses and eager's in-place checks (functionalize.cc); ops listed in
 // cpp_meta_ops keep the C++ structured meta kernels registered for them.
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops);
+// Registers, for XLA, a kernel that runs `qualname`'s CompositeExplicitAutograd kernel under
+// functionalization (non-aten, out-of-place ops with tensor arguments and no XLA kernel of their
+// own). "ns::name" or "ns::name.overload"; false when the op does not qualify.
+bool FunctionalizeCompositeForXla(const std::string& qualname);
 // Eager's "some elements of the input tensor and the written-to tensor refer to a single memory
 // location" for in-place ops on XLA tensors (inplace_overlap.cc).
 void RegisterInplaceOverlapChecks();

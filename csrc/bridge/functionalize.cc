@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -718,6 +719,101 @@ std::tuple<at::Tensor, at::Tensor> PackPaddedSequenceFunctionalize(const at::Ten
     return t.defined() && !t.device().is_cpu() ? at::functionalization::impl::to_functional_tensor(t) : t;
   };
   return {wrap(std::get<0>(r)), wrap(std::get<1>(r))};
+}
+
+namespace {
+// A Python (or any non-aten) composite kernel registered as CompositeExplicitAutograd (every
+// torch.library.custom_op without device_types, torch.nn's chunked linear_cross_entropy) fills the XLA
+// slot of its op, and functionalization hands it our raw tensors: its views and in-place writes then
+// ran below functionalization, each view on the CPU fallback (a copy, not a view), so writes through
+// them were lost (wrong values). This kernel, registered for XLA on such ops, runs the composite on
+// functional wrappers with functionalization re-enabled, as torch's functionalize_op_helper does for
+// aten composites; it reaches the composite through a backend key that has no kernel of its own
+// (functionalize_op_helper goes through Meta, which for these ops is their fake kernel).
+constexpr c10::DispatchKey kCompositeProbeKey = c10::DispatchKey::PrivateUse3;
+
+void FunctionalizedComposite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const size_t begin = stack->size() - n;
+  for (size_t i = begin; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && !fimpl::isFunctionalTensor(t)) v = fimpl::to_functional_tensor(t);
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(fimpl::isFunctionalTensor(t) ? t : fimpl::to_functional_tensor(t));
+      v = out;
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const auto& t : v.toOptionalTensorList().vec()) {
+        out.push_back(t && t->defined() && !fimpl::isFunctionalTensor(*t) ? std::optional<at::Tensor>(fimpl::to_functional_tensor(*t)) : t);
+      }
+      v = out;
+    }
+  }
+  {
+    auto tls = c10::impl::tls_local_dispatch_key_set();
+    c10::impl::PODLocalDispatchKeySet force;
+    force.set_included(tls.included_);
+    force.set_excluded(tls.excluded_.remove(c10::DispatchKey::Functionalize));
+    c10::impl::ForceDispatchKeyGuard guard(force);
+    op.redispatchBoxed(c10::DispatchKeySet(kCompositeProbeKey), stack);
+  }
+  const size_t m = op.schema().returns().size();
+  auto unwrap = [](const at::Tensor& t) {
+    if (!t.defined() || !fimpl::isFunctionalTensor(t)) return t;
+    fimpl::sync(t);
+    return fimpl::from_functional_tensor(t);
+  };
+  for (size_t i = stack->size() - m; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = unwrap(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(unwrap(t));
+      v = out;
+    }
+  }
+}
+}  // namespace
+
+bool FunctionalizeCompositeForXla(const std::string& qualname) {
+  const size_t sep = qualname.find("::");
+  if (sep == std::string::npos) return false;
+  const std::string ns = qualname.substr(0, sep), rest = qualname.substr(sep + 2);
+  if (ns == "aten" || ns == "prims") return false;  // aten composites: the vetted lists in bridge.cc
+  const size_t dot = rest.find('.');
+  const std::string name = rest.substr(0, dot), overload = dot == std::string::npos ? "" : rest.substr(dot + 1);
+  auto h = c10::Dispatcher::singleton().findSchema({ns + "::" + name, overload});
+  if (!h) return false;
+  if (!h->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+      h->hasKernelForDispatchKey(c10::DispatchKey::XLA) || h->hasKernelForDispatchKey(kCompositeProbeKey)) {
+    return false;
+  }
+  const auto& schema = h->schema();
+  bool has_tensor = false;
+  for (const auto& a : schema.arguments()) {
+    if (a.alias_info() != nullptr) return false;  // mutable or view-like arguments: not an out-of-place op
+    auto t = a.type();
+    if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+    if (t->kind() == c10::TypeKind::TensorType) has_tensor = true;
+    if (auto l = t->cast<c10::ListType>()) {
+      auto e = l->getElementType();
+      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+      if (e->kind() == c10::TypeKind::TensorType) has_tensor = true;
+    }
+  }
+  for (const auto& r : schema.returns()) {
+    if (r.alias_info() != nullptr) return false;
+  }
+  if (!has_tensor) return false;
+  static auto* libs = new std::map<std::string, std::unique_ptr<torch::Library>>();
+  auto& lib = (*libs)[ns];
+  if (!lib) lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::XLA, __FILE__, __LINE__);
+  lib->impl(rest.c_str(), torch::CppFunction::makeFromBoxedFunction<&FunctionalizedComposite>());
+  return true;
 }
 
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {

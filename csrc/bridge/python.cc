@@ -384,6 +384,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_set_seed", [](uint64_t seed, int device) { graph::SetSeed(seed, device); });
   m.def("_get_seed", [](int device) { return graph::GetSeed(device); });
+  m.def("_functionalize_composite", &bridge::FunctionalizeCompositeForXla);
   m.def("_rng_state", [](int device) { return bridge::MakeXla(graph::RngStateSnapshot(device)); });
   m.def("_set_rng_state", [](const at::Tensor& state, int device) {
     graph::SetRngStateFrom(bridge::XlaFromUser(state), device);
