@@ -1071,6 +1071,30 @@ def test_torch_checkpoint_keeps_the_xla_rng_when_torch_xla_is_the_device_module(
     import sys
     r = subprocess.run([sys.executable, "-c", _TORCH_CHECKPOINT_SCRIPT], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+    # torch_xla registers itself at import: the same script without the registration line
+    script = _TORCH_CHECKPOINT_SCRIPT.replace('torch._register_device_module("xla", torch_xla)', "pass")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_torch_xla_is_the_registered_device_module():
+    """`import torch_xla` makes torch_xla torch's "xla" device module (torch's non-reentrant
+    checkpoint raised AttributeError: module 'torch' has no attribute 'xla'); scripts that register
+    it themselves, unguarded, keep working (torch refuses a second registration), and a module of
+    their own replaces it."""
+    import types
+    assert torch.xla is torch_xla and torch.get_device_module("xla") is torch_xla
+    torch._register_device_module("xla", torch_xla)  # a second registration: accepted
+    assert torch.xla is torch_xla
+    mine = types.ModuleType("my_xla")
+    try:
+        torch._register_device_module("xla", mine)
+        assert torch.xla is mine
+    finally:
+        torch._register_device_module("xla", torch_xla)
+    assert torch.xla is torch_xla
+    with pytest.raises(RuntimeError, match="already been registered"):
+        torch._register_device_module("cpu", mine)  # other device types: torch's own function
 
 
 _AUTOCAST_LEFT_ON_SCRIPT = r"""

@@ -112,11 +112,12 @@ def manual_seed(seed, device=None):
     _xm.set_rng_state(seed, device)
 
 
-# The device-module protocol. Many PyTorch/XLA scripts register this package as torch's "xla" device
-# module (`torch._register_device_module("xla", torch_xla)`) so that torch.utils.checkpoint accepts
-# XLA tensors; checkpoint and torch.random.fork_rng then save and restore the device's random number
-# generator through `_initialized`, `get_rng_state` and `set_rng_state`. Without them checkpoint
-# skipped the XLA generator and the recomputed forward drew new dropout masks: wrong gradients.
+# The device-module protocol. This package is torch's "xla" device module (`torch.xla`, registered at
+# import below; PyTorch/XLA leaves that to scripts, which write `torch._register_device_module("xla",
+# torch_xla)` so that torch.utils.checkpoint accepts XLA tensors). checkpoint and
+# torch.random.fork_rng save and restore the device's random number generator through
+# `_initialized`, `get_rng_state` and `set_rng_state`. Without them checkpoint skipped the XLA
+# generator and the recomputed forward drew new dropout masks: wrong gradients.
 _initialized = True
 
 
@@ -216,6 +217,9 @@ if os.environ.get("XLA_METRICS_FILE", "").strip():  # upstream appends the repor
 
 from . import _XLAC  # noqa: E402  (upstream's low-level hooks; pure Python over _C)
 from . import experimental  # noqa: E402,F401
+from ._internal import device_module as _device_module  # noqa: E402
+
+_device_module.install()  # torch.xla: torch's non-reentrant checkpoint looks it up
 
 __all__ = ["device", "devices", "device_count", "sync", "compile", "manual_seed", "step", "real_devices",
            "launch", "__version__"]

@@ -75,6 +75,28 @@ V MinMaxDim(const OpArgs& a, ir::ArgKind kind) {
 }
 
 // addmm/baddbmm/addmv: beta * self + alpha * product (args 0, 3, 4), beta == 0 ignoring self.
+// bf16/f16: eager's CPU gemm accumulates in float32 and computes alpha * product + beta * self there,
+// rounding once; rounding the product first and adding self after gave F.linear's bias add two
+// roundings (a quarter of a bf16 Linear's outputs 1 ulp off). `x` and `y` go into the dot as float32
+// (their products are exact there).
+Value BetaSelfPlusAlphaReduced(const OpArgs& a, const Value& x, const Value& y,
+                               const std::function<Value(const Value&, const Value&)>& dot) {
+  DType t = x.dtype();
+  Value m = dot(Cast(x, DType::kF32), Cast(y, DType::kF32));
+  if (a.S(4).AsDouble() != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), DType::kF32, a.device));
+  double beta = a.S(3).AsDouble();
+  if (beta != 0.0) {
+    Value s = Cast(Cast(a.V(0), t), DType::kF32);
+    if (beta != 1.0) s = Bin(Op::kMul, s, ScalarV(a.S(3), DType::kF32, a.device));
+    m = Bin(Op::kAdd, BroadcastTo(s, m.dims()), m);
+  }
+  return Cast(m, t);
+}
+
+bool ReducedFloatGemm(const Value& x, const Value& y) {
+  return x.dtype() == y.dtype() && (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
+}
+
 Value BetaSelfPlusAlpha(const OpArgs& a, Value m) {
   DType t = m.dtype();
   if (a.S(4).AsDouble() != 1.0) m = Bin(Op::kMul, m, ScalarV(a.S(4), t, a.device));
@@ -184,11 +206,15 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     return {BatchedMatmul(x, y)};
   }});
   rows.push_back({"addmm", [](OpArgs& a) -> V {
+    if (ReducedFloatGemm(a.V(1), a.V(2)) && a.V(1).rank() == 2 && a.V(2).rank() == 2) {
+      return {BetaSelfPlusAlphaReduced(a, a.V(1), a.V(2), Matmul2d)};
+    }
     return {BetaSelfPlusAlpha(a, Matmul2d(a.V(1), a.V(2)))};
   }});
   rows.push_back({"baddbmm", [](OpArgs& a) -> V {
     Value x = a.V(1), y = a.V(2);
     if (x.rank() != 3 || y.rank() != 3) a.Fail("batch1 must be a 3D tensor");
+    if (ReducedFloatGemm(x, y)) return {BetaSelfPlusAlphaReduced(a, x, y, BatchedMatmul)};
     Value m = BatchedMatmul(x, y);
     return {BetaSelfPlusAlpha(a, m)};
   }});

@@ -115,9 +115,8 @@ def checkpoint(function: Callable[..., Any], *args, use_reentrant: bool = None, 
     during backward. ``use_reentrant`` defaults to True (as in PyTorch/XLA); the reentrant form
     takes no keyword arguments for ``function``. Other keyword arguments of
     ``torch.utils.checkpoint.checkpoint`` (``context_fn``, ``determinism_check``, ``debug``) are
-    accepted with ``use_reentrant=False``, which runs torch's non-reentrant checkpoint and, like
-    it, needs ``torch.xla`` registered as a device module (PyTorch/XLA does not register one;
-    scripts do it with ``torch._register_device_module("xla", torch_xla)``)."""
+    accepted with ``use_reentrant=False``, which runs torch's non-reentrant checkpoint (it looks up
+    ``torch.xla``, the device module ``import torch_xla`` registers)."""
     if not callable(function):
         raise TypeError(f"checkpoint expects a callable, got {type(function).__name__}")
     if use_reentrant is None:
