@@ -1944,3 +1944,65 @@ def test_reduced_float_addmm_rounds_once_as_eager():
                 assert torch.equal(got, want), (dt, (got != want).sum())
             else:  # float16 keeps 3 more bits: the float32 sum's order shows in a few outputs (as in mm)
                 torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_advanced_index_strides_as_eager():
+    """eager's advanced-index result keeps the order of a strided input's remaining dims, and that
+    layout decides whether a later flatten()/reshape copies or aliases (fuzz seed 64518: a fill_
+    through the flatten of such a result changed the result itself on XLA only)."""
+    x = torch.randn(3, 3, 4, 5).transpose(1, 3)
+    cases = [lambda t, i: t[i([1, 2, 1]), i([4, 1, 1])], lambda t, i: t[:, i([0, 2])],
+             lambda t, i: t[..., i([1])], lambda t, i: t.sin()[i([[0], [1]])],
+             lambda t, i: t.contiguous()[i([1, 2])]]
+    for f in cases:
+        outs = []
+        for dev in ("cpu", DEV):
+            t = x.to(dev)
+            r = f(t, lambda v: torch.tensor(v, device=dev))
+            before = r.cpu().clone()
+            r.flatten().fill_(7.0)
+            outs.append((r.stride(), torch.equal(r.cpu(), before)))
+        assert outs[0] == outs[1], outs
+
+
+def test_reduced_float_kernels_round_as_eager():
+    """bfloat16/float16 results bit-equal to eager's CPU kernels (found by comparing a bf16 model's
+    ops one by one): silu and the sigmoid/tanh backward compute in float32 and round once (ours
+    rounded the sigmoid, or y * (1 - y), to bf16 first); `x ** 1.7` converts the exponent to the
+    tensor's dtype first (1.703125 in bf16) and bf16's cube and inverse square round the square
+    first; the last-dim log_softmax rounds the sum of exponentials and its log (eager's kernel);
+    F.linear of an n-d input with a bias is one addmm (torch's composite skips that for XLA)."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, 64, generator=g)
+    w, b = torch.randn(32, 64, generator=g), torch.randn(32, generator=g)
+    gy = (torch.arange(8 * 16 * 64) % 7 - 3).reshape(8, 16, 64) / 4
+    for dt in (torch.bfloat16, torch.float16):
+        cases = {
+            "silu": lambda t: F.silu(t), "sigmoid": lambda t: t.sigmoid(), "tanh": lambda t: t.tanh(),
+            "pow1.7": lambda t: t.abs() ** 1.7, "pow3": lambda t: t ** 3, "pow-2": lambda t: t ** -2,
+            "log_softmax": lambda t: t.log_softmax(-1), "log_softmax1": lambda t: t.log_softmax(1),
+            "softmax": lambda t: t.softmax(-1),
+            "linear3d": lambda t: F.linear(t, w.to(t.device, t.dtype), b.to(t.device, t.dtype)),
+        }
+        for name, f in cases.items():
+            res = []
+            for dev in ("cpu", DEV):
+                t = x.to(dt).to(dev).requires_grad_()
+                y = f(t)
+                y.backward(gy[..., :y.shape[-1]].to(dt).to(dev))
+                res.append((y.detach().cpu(), t.grad.cpu()))
+            (ye, ge), (yo, go) = res
+            if dt == torch.float16 and name in ("softmax", "linear3d"):  # float16 keeps 3 more bits: the float32 sum's order shows
+                torch.testing.assert_close(yo, ye, rtol=1e-3, atol=1e-3)
+                continue
+            assert torch.equal(ye.isnan(), yo.isnan()) and torch.equal(ye.nan_to_num(), yo.nan_to_num()), (dt, name)
+            if name not in ("silu",):  # silu's gradient: torch's autograd formula differs for XLA tensors
+                if dt == torch.float16 or name.startswith("linear"):
+                    torch.testing.assert_close(go, ge, rtol=2e-3, atol=2e-3, equal_nan=True, msg=lambda m: f"{dt} {name}: {m}")
+                else:
+                    assert torch.equal(ge.nan_to_num(), go.nan_to_num()), (dt, name, (ge != go).sum())
+    for dt in (torch.float16, torch.bfloat16):  # the exponent's conversion is checked, as eager's
+        for dev in ("cpu", DEV):
+            with pytest.raises(RuntimeError, match="without overflow"):
+                (torch.ones(2, dtype=dt, device=dev) ** 1e39).cpu()

@@ -256,6 +256,10 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
                       lapack_extra.count(name) > 0;
   if (!any_strided && !lapack) return;
   if (lapack) candidate = true;
+  // Advanced indexing: eager's result keeps the order of a strided input's remaining dims (a
+  // transposed input indexed on its first dims gives a non-contiguous result; its .flatten() copies;
+  // fuzz seed 64518), so ask the meta kernel whatever the result's shape.
+  if (name == "aten::index" && any_strided) candidate = true;
   const auto& rets = op.schema().returns();
   for (const auto& ret : rets) {
     if (ret.alias_info()) return;  // in-place and out=: the destination keeps its layout
@@ -318,6 +322,14 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
       if (v.isTensor() && v.toTensor().defined()) {
         const at::Tensor& t = v.toTensor();
         st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+      } else if (v.isOptionalTensorList()) {  // index's indices
+        c10::List<std::optional<at::Tensor>> metas;
+        for (const auto& t : v.toOptionalTensorList().vec()) {
+          metas.push_back(t && t->defined() ? std::optional<at::Tensor>(at::empty_strided(
+                                                  t->sizes(), t->strides(), t->options().device(at::kMeta)))
+                                            : std::optional<at::Tensor>());
+        }
+        st.emplace_back(metas);
       } else if (v.isDevice()) {
         st.emplace_back(c10::Device(c10::kMeta));  // a factory (empty.memory_format): its meta kernel
       } else {

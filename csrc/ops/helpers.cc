@@ -332,7 +332,21 @@ Value Softmax(const Value& x, int64_t dim, bool log) {
     return log ? d : ir::Unary(Op::kExp, d);
   }
   if (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) {  // eager computes these in float32
-    return Cast(Softmax(Cast(x, DType::kF32), dim, log), x.dtype());
+    DType t = x.dtype();
+    Value xf = Cast(x, DType::kF32);
+    if (log && dim == x.rank() - 1) {
+      // eager's last-dim log_softmax kernel rounds the sum of exponentials to the input's dtype, and
+      // the log of it, before subtracting: (x - max) - round(log(round(sum))), then rounds once more
+      // (other dims: computed in float32, rounded once)
+      Value mx = KeepDims(ir::Reduce(ir::ReduceKind::kMax, xf, {dim}), x.dims(), {dim});
+      Value neg_inf = ir::Compare(ir::CompareDir::kEQ, mx, ir::Full(-std::numeric_limits<double>::infinity(), mx.shape()));
+      mx = ir::Select(neg_inf, ir::Full(0, mx.shape()), mx);
+      Value shifted = Bin(Op::kSub, xf, mx);
+      Value sum = KeepDims(ir::Reduce(ir::ReduceKind::kSum, ir::Unary(Op::kExp, shifted), {dim}), x.dims(), {dim});
+      Value lg = Cast(Cast(ir::Unary(Op::kLog, Cast(Cast(sum, t), DType::kF32)), t), DType::kF32);
+      return Cast(Bin(Op::kSub, shifted, lg), t);
+    }
+    return Cast(Softmax(xf, dim, log), t);
   }
   Value mx = KeepDims(ir::Reduce(ir::ReduceKind::kMax, x, {dim}), x.dims(), {dim});
   // Rows that are entirely -inf (fully masked) shift by 0 so they give NaN as eager; +inf rows keep

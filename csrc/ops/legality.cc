@@ -388,6 +388,12 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"median", NoBool("median_cpu")},
       {"median.dim", NoBool("median_out")},
       {"trace", NoBool("trace")},
+      {"pow.Tensor_Scalar", [](OpArgs& a) {  // f16/bf16: the exponent.to<scalar_t>() (checked)
+         DType t = ResultType({&a.T(0)}, {&a.S(1)});
+         double ev = a.S(1).AsDouble();
+         bool special = ev == 0 || ev == 1 || ev == 2 || ev == 3 || ev == 0.5 || ev == -0.5 || ev == -1 || ev == -2;
+         if ((t == DType::kF16 || t == DType::kBF16) && !special) CheckConverts(a, a.S(1), t);
+       }},
       {"clamp", ClampBoundsConvert({1, 2})},
       {"clamp_min", ClampBoundsConvert({1})},
       {"clamp_max", ClampBoundsConvert({1})},

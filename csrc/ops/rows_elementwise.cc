@@ -27,10 +27,12 @@ Value Lerp(const Value& x, const Value& e, const Value& w) {
 Value In(const OpArgs& a, size_t k, DType t) { return Cast(a.V(k), t); }
 
 // A float unary op: integer inputs compute in float32, as eager.
+// f16/bf16 in float32, rounded once, as eager's kernels (XLA's own float16 logistic is computed at
+// lower precision: a third of a float16 sigmoid's outputs were 1 ulp off).
 OpFn FloatUnary(Op op) {
   return [op](OpArgs& a) -> V {
-    DType t = FloatOf(a.V(0).dtype());
-    return {ir::Unary(op, Cast(a.V(0), t))};
+    DType t = FloatOf(a.V(0).dtype()), ct = OpMath(t);
+    return {Cast(ir::Unary(op, Cast(a.V(0), ct)), t)};
   };
 }
 OpFn SameUnary(Op op) {
@@ -268,13 +270,20 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     Value xc = Cast(x, ct);
     auto one = [&] { return ir::Full(1, xc.shape()); };
     Value r;
+    // bf16 (not f16): eager's cube and inverse square round the square to bf16 first
+    auto square = [&] {
+      Value sq = ir::Binary(Op::kMul, xc, xc);
+      return t == DType::kBF16 ? Cast(Cast(sq, t), ct) : sq;
+    };
     if (ev == 2.0) r = ir::Binary(Op::kMul, xc, xc);
-    else if (ev == 3.0) r = ir::Binary(Op::kMul, ir::Binary(Op::kMul, xc, xc), xc);
+    else if (ev == 3.0) r = ir::Binary(Op::kMul, square(), xc);
     else if (ev == 0.5) r = ir::Unary(Op::kSqrt, xc);
     else if (ev == -0.5) r = ir::Unary(Op::kRsqrt, xc);
     else if (ev == -1.0) r = ir::Binary(Op::kDiv, one(), xc);
-    else if (ev == -2.0) r = ir::Binary(Op::kDiv, one(), ir::Binary(Op::kMul, xc, xc));
-    else r = Bin(Op::kPow, xc, ScalarV(e, ct, a.device));
+    else if (ev == -2.0) r = ir::Binary(Op::kDiv, one(), square());
+    // f16/bf16: eager converts the exponent to the tensor's dtype first (x ** 1.7 is x ** 1.703125
+    // in bf16), then computes in float32
+    else r = Bin(Op::kPow, xc, ct == t ? ScalarV(e, ct, a.device) : Cast(ScalarV(e, t, a.device), ct));
     return {Cast(r, t)};
   }});
   rows.push_back({"pow.Tensor_Tensor", BinaryArith(Op::kPow, false)});
@@ -354,18 +363,33 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
     return {Cast(GeluBackward(Cast(a.V(0), ct), Cast(a.V(1), ct), a.IsNone(2) ? "none" : a.Str(2)), t)};
   }});
-  rows.push_back({"silu", [](OpArgs& a) -> V { return {ir::Binary(Op::kMul, a.V(0), Sigmoid(a.V(0)))}; }});
+  // f16/bf16: eager computes in float32 and rounds once (silu's sigmoid rounded to bf16 first put a
+  // quarter of a bf16 silu's outputs 1 ulp off).
+  rows.push_back({"silu", [](OpArgs& a) -> V {
+    DType t = a.V(0).dtype();
+    Value x = Cast(a.V(0), OpMath(t));
+    return {Cast(ir::Binary(Op::kMul, x, Sigmoid(x)), t)};
+  }});
+  rows.push_back({"silu_backward", [](OpArgs& a) -> V {  // (grad, self): dy * s * (1 + x * (1 - s))
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    Value g = Cast(Cast(a.V(0), t), ct), x = Cast(Cast(a.V(1), t), ct);
+    Value sg = Sigmoid(x), one = ir::Full(1, x.shape());
+    Value r = ir::Binary(Op::kMul, ir::Binary(Op::kMul, g, sg),
+                         ir::Binary(Op::kAdd, one, ir::Binary(Op::kMul, x, ir::Binary(Op::kSub, one, sg))));
+    return {Cast(r, t)};
+  }});
   // Mixed-dtype backward calls (a bf16 grad of an f32 output, or the reverse) promote both operands
   // to their common dtype, as eager's TensorIterator does; same-dtype calls compute as before.
+  // f16/bf16 in float32, rounded once, as eager's kernels.
   rows.push_back({"sigmoid_backward", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1)});
-    Value g = Cast(a.V(0), t), y = Cast(a.V(1), t);
-    return {Bin(Op::kMul, g, ir::Binary(Op::kMul, y, ir::Binary(Op::kSub, ir::Full(1, y.shape()), y)))};
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    Value g = Cast(Cast(a.V(0), t), ct), y = Cast(Cast(a.V(1), t), ct);
+    return {Cast(Bin(Op::kMul, g, ir::Binary(Op::kMul, y, ir::Binary(Op::kSub, ir::Full(1, y.shape()), y))), t)};
   }});
   rows.push_back({"tanh_backward", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1)});
-    Value g = Cast(a.V(0), t), y = Cast(a.V(1), t);
-    return {Bin(Op::kMul, g, ir::Binary(Op::kSub, ir::Full(1, y.shape()), ir::Binary(Op::kMul, y, y)))};
+    DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
+    Value g = Cast(Cast(a.V(0), t), ct), y = Cast(Cast(a.V(1), t), ct);
+    return {Cast(Bin(Op::kMul, g, ir::Binary(Op::kSub, ir::Full(1, y.shape()), ir::Binary(Op::kMul, y, y))), t)};
   }});
   rows.push_back({"threshold_backward", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)});

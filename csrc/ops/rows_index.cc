@@ -1094,9 +1094,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     r = ir::Select(ir::Compare(CompareDir::kEQ, x, ir::Unary(Op::kNeg, inf)), ir::Full(ninf, x.shape()), r);
     return {r};
   }});
-  rows.push_back({"log2", [](OpArgs& a) -> V {
-    Value x = Cast(a.V(0), FloatOf(a.V(0).dtype()));
-    return {ir::Binary(Op::kDiv, ir::Unary(Op::kLog, x), ir::Full(M_LN2, x.shape()))};
+  rows.push_back({"log2", [](OpArgs& a) -> V {  // f16/bf16 in float32, rounded once, as eager
+    DType t = FloatOf(a.V(0).dtype());
+    Value x = Cast(a.V(0), OpMath(t));
+    return {Cast(ir::Binary(Op::kDiv, ir::Unary(Op::kLog, x), ir::Full(M_LN2, x.shape())), t)};
   }});
   rows.push_back({"hardtanh", [](OpArgs& a) -> V {
     Value x = a.V(0);

@@ -395,6 +395,13 @@ void AddMathRows(std::vector<OpRow>& rows) {
     DType out = FloatOf(x.dtype());
     Value c = Cast(x, OpMath(out));
     if (auto eps = a.OptDouble(1)) c = ir::Clamp(C(*eps, c), c, C(1 - *eps, c));
+    if (out != OpMath(out)) {
+      // f16/bf16: eager's kernel rounds each step to the dtype: the clamped value, 1 - x, the
+      // quotient, the log
+      auto r = [&](const Value& v) { return Cast(Cast(v, out), OpMath(out)); };
+      c = r(c);
+      return {Cast(Log(r(Div(c, r(Sub(C(1, c), c))))), out)};
+    }
     return {Cast(Log(Div(c, Sub(C(1, c), c))), out)};
   }});
   rows.push_back({"log_sigmoid_forward", [](OpArgs& a) -> V {
