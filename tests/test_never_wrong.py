@@ -1997,12 +1997,57 @@ def test_reduced_float_kernels_round_as_eager():
                 torch.testing.assert_close(yo, ye, rtol=1e-3, atol=1e-3)
                 continue
             assert torch.equal(ye.isnan(), yo.isnan()) and torch.equal(ye.nan_to_num(), yo.nan_to_num()), (dt, name)
-            if name not in ("silu",):  # silu's gradient: torch's autograd formula differs for XLA tensors
+            if True:
                 if dt == torch.float16 or name.startswith("linear"):
                     torch.testing.assert_close(go, ge, rtol=2e-3, atol=2e-3, equal_nan=True, msg=lambda m: f"{dt} {name}: {m}")
                 else:
                     assert torch.equal(ge.nan_to_num(), go.nan_to_num()), (dt, name, (ge != go).sum())
+    # silu's gradient is eager's one kernel (silu_backward decomposed on XLA: each op rounded), and
+    # mse_loss's backward rounds each of eager's steps (sub, mul_(norm), mul_(grad))
+    for dt in (torch.bfloat16, torch.float16):
+        for name, f in (("silu", lambda t, y: F.silu(t).sum()),
+                        ("mse_mean", lambda t, y: F.mse_loss(t, y) * 0.7),
+                        ("mse_sum", lambda t, y: F.mse_loss(t, y, reduction="sum"))):
+            grads = []
+            for dev in ("cpu", DEV):
+                t = x.to(dt).to(dev).requires_grad_()
+                f(t, x.flip(0).to(dt).to(dev)).backward()
+                grads.append(t.grad.cpu())
+            assert torch.equal(grads[0], grads[1]), (dt, name, (grads[0] != grads[1]).sum())
     for dt in (torch.float16, torch.bfloat16):  # the exponent's conversion is checked, as eager's
         for dev in ("cpu", DEV):
             with pytest.raises(RuntimeError, match="without overflow"):
                 (torch.ones(2, dtype=dt, device=dev) ** 1e39).cpu()
+
+
+def test_reduced_float_copysign_then_cast_as_eager():
+    """copysign of bfloat16/float16 by a number (or an integer tensor), converted to float32 in the
+    same graph, kept x's sign: XLA:CPU miscompiled the 16-bit bit manipulation there (fuzz seed
+    66283: copysign(-inf, tensor(-3)).float() gave +inf). copysign now works on float32 bits."""
+    for dt in (torch.bfloat16, torch.float16):
+        x = torch.tensor([-float("inf"), 2.5, -0.0, 3.0, 1e-3], dtype=dt)
+        for other in (torch.tensor(-3), torch.tensor(3), -3.0, 0.0, -0.0, torch.tensor(-3.0, dtype=dt),
+                      torch.tensor([1.0, -1.0, -0.0, 2.0, -5.0], dtype=dt)):
+            od = other.to(DEV) if isinstance(other, torch.Tensor) and other.dim() > 0 else other
+            for post in (lambda t: t.float(), lambda t: t, lambda t: t.double() * 2):
+                want = post(torch.copysign(x, other))
+                got = post(torch.copysign(x.to(DEV), od)).cpu()
+                assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (dt, other, got, want)
+
+
+def test_silu_double_backward_as_eager():
+    """silu_backward runs our one-kernel row only when no gradient of it is wanted; second
+    derivatives (create_graph=True) take torch's formula. (Differentiating silu_backward itself, which
+    eager refuses, runs torch's decomposition on XLA.)"""
+    import torch.nn.functional as F
+    x0 = torch.randn(6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    res = []
+    for dev in ("cpu", DEV):
+        x = x0.to(dev).requires_grad_()
+        g, = torch.autograd.grad(F.silu(x).sum(), x, create_graph=True)
+        g2, = torch.autograd.grad(g.sum(), x)
+        go = torch.ones(6, dtype=torch.float64, device=dev, requires_grad=True)
+        sb = torch.ops.aten.silu_backward(go, x)
+        res.append([t.detach().cpu() for t in (g, g2, sb)])
+    for a, b in zip(*res):
+        torch.testing.assert_close(b, a)

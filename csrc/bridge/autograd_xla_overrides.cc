@@ -11,6 +11,8 @@
 // scatter's in-graph index check worded as eager's CPU kernel: no extra host sync.
 #include <ATen/ATen.h>
 #include <ATen/ops/linear_native.h>
+#include <ATen/ops/silu_backward_native.h>
+#include <ATen/ops/silu_backward_ops.h>
 #include <torch/library.h>
 
 #include "graph/graph.h"
@@ -105,11 +107,26 @@ at::Tensor LinearXla(const at::Tensor& input, const at::Tensor& weight, const st
   return at::native::linear(input, weight, bias_opt);  // torch's composite, unchanged otherwise
 }
 
+// silu's gradient: silu_backward is CompositeImplicitAutograd for every backend but CPU/CUDA, so on
+// XLA it decomposed into sigmoid, sub, mul and add, each rounded to bf16, where eager's CPU kernel
+// computes in float32 and rounds once (bf16 SiLU gradients, and everything upstream of them, were
+// 1 ulp off). autograd calls silu_backward with gradients off (create_graph=True takes the
+// infinitely differentiable formula instead): then our one-kernel row runs; with gradients wanted
+// of silu_backward itself, torch's decomposition as before.
+at::Tensor SiluBackwardXla(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (at::GradMode::is_enabled() && (grad_output.requires_grad() || self.requires_grad())) {
+    return at::native::math_silu_backward(grad_output, self);
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return at::_ops::silu_backward::call(grad_output, self);
+}
+
 TORCH_LIBRARY_IMPL(aten, AutogradXLA, m) {
   m.impl("linalg_matrix_rank.atol_rtol_tensor_out",
          TORCH_FN(MatrixRankOutXla<const std::optional<at::Tensor>&>));
   m.impl("linalg_matrix_rank.atol_rtol_float_out", TORCH_FN(MatrixRankOutXla<std::optional<double>>));
   m.impl("one_hot", TORCH_FN(OneHotXla));
   m.impl("linear", TORCH_FN(LinearXla));
+  m.impl("silu_backward", TORCH_FN(SiluBackwardXla));
   m.impl("set_.source_Tensor_storage_offset", TORCH_FN(SetStorageXla));
 }

@@ -1190,7 +1190,12 @@ void RegisterKernels() {
       if (!handle) continue;  // not in this torch release
       // A CompositeImplicitAutograd op decomposes above autograd; a backend kernel would hide it
       // from autograd (no gradients). Its decomposition reaches our rows anyway.
-      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+      // (silu_backward: eager CPU runs its one kernel, rounding bf16 once; autograd_xla_overrides.cc
+      // sends XLA's calls to this row when no gradient of it is wanted, its decomposition otherwise.)
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+          row.aten != "silu_backward") {
+        continue;
+      }
       if (vname != name || vover != overload) {
         // out= "out" overloads must extend the functional schema's arguments.
         auto base = dispatcher.findSchema({"aten::" + name, overload});

@@ -197,6 +197,14 @@ void AddNnRows(std::vector<OpRow>& rows) {
     auto dims = BroadcastShapes(x.dims(), y.dims());
     double k = 2.0;
     if (a.Int(3) == 1) k /= static_cast<double>(std::max<int64_t>(ir::Shape(ct, dims).numel(), 1));
+    if (ct != t) {
+      // f16/bf16: eager's kernel is sub, then mul_(norm), then mul_(grad), each rounded to the dtype,
+      // with norm converted to the dtype
+      auto rd = [&](const Value& v) { return Cast(Cast(v, t), ct); };
+      Value norm = rd(ir::Full(k, ir::Shape(ct, {})));
+      Value r = rd(Bin(Op::kMul, rd(Bin(Op::kMul, rd(d), norm)), Cast(g, ct)));
+      return {Cast(BroadcastTo(r, dims), t)};
+    }
     Value r = Bin(Op::kMul, Bin(Op::kMul, d, ir::Full(k, ir::Shape(ct, {}))), Cast(g, ct));
     return {Cast(BroadcastTo(r, dims), t)};
   }});

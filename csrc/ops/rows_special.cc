@@ -220,12 +220,16 @@ void AddSpecialRows(std::vector<OpRow>& rows) {
     if (ir::IsComplex(a.V(0).dtype()) || ir::IsComplex(a.V(1).dtype())) throw NotLowered{};
     DType out = FloatOf(ResultType({&a.T(0), &a.T(1)}));
     auto dims = BroadcastShapes(a.V(0).dims(), a.V(1).dims());
-    Value x = BroadcastTo(Cast(a.V(0), out), dims), y = BroadcastTo(Cast(a.V(1), out), dims);
-    DType bt = BitsOf(out);
+    // bf16/f16: in float32 bits (exact both ways; only the sign changes). XLA:CPU miscompiled the
+    // 16-bit form once the result was converted to float32 in the same graph: copysign(bf16 x, -3.0)
+    // .float() kept x's sign (fuzz seed 66283).
+    const DType work = out == DType::kBF16 || out == DType::kF16 ? DType::kF32 : out;
+    Value x = BroadcastTo(Cast(a.V(0), work), dims), y = BroadcastTo(Cast(a.V(1), work), dims);
+    DType bt = BitsOf(work);
     Value bx = ir::BitcastConvert(x, bt), by = ir::BitcastConvert(y, bt);
     int64_t sign = SignBit(bt);
     Value r = Or(And(bx, CInt(~sign, bx)), And(by, CInt(sign, by)));
-    return {ir::BitcastConvert(r, out)};
+    return {Cast(ir::BitcastConvert(r, work), out)};
   }});
   rows.push_back({"heaviside", [](OpArgs& a) -> V {
     Value x = a.V(0), v = a.V(1);
