@@ -2051,3 +2051,16 @@ def test_silu_double_backward_as_eager():
         res.append([t.detach().cpu() for t in (g, g2, sb)])
     for a, b in zip(*res):
         torch.testing.assert_close(b, a)
+
+
+def test_logical_ops_convert_to_the_common_dtype_first():
+    """logical_and/or/xor: eager converts both operands to their common dtype before testing for
+    nonzero, so a 0-dim float32 1e-40 with a float16 tensor is 0 (False); ours tested 1e-40 itself
+    (fuzz seed 67429: logical_xor inverted)."""
+    x = torch.tensor([[0.0, 1.5, 1e-5], [0.0, -2.0, 7e4]]).half().t()
+    for f in (torch.logical_xor, torch.logical_and, torch.logical_or):
+        for other in (torch.tensor(1e-40), torch.tensor(1e-8), torch.tensor(0.0), torch.tensor(3),
+                      torch.tensor([1e-40, 0.0, 1.0]).half().reshape(3, 1)):
+            od = other.to(DEV) if other.dim() > 0 else other
+            assert torch.equal(f(x.to(DEV), od).cpu(), f(x, other)), (f, other)
+            assert torch.equal(f(od, x.to(DEV)).cpu(), f(other, x)), (f, other)

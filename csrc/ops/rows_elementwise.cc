@@ -412,7 +412,10 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   rows.push_back({"ge.Scalar", Comparison(CompareDir::kGE, true)});
   for (auto [name, op] : {std::pair{"logical_and", Op::kAnd}, {"logical_or", Op::kOr}, {"logical_xor", Op::kXor}}) {
     rows.push_back({name, [op = op](OpArgs& a) -> V {
-      return {Bin(op, Cast(a.V(0), DType::kPred), Cast(a.V(1), DType::kPred))};
+      // eager converts both operands to their common dtype first: a 0-dim 1e-40 with a float16
+      // tensor is 0 (False) there (fuzz seed 67429)
+      DType t = ResultType({&a.T(0), &a.T(1)});
+      return {Bin(op, Cast(Cast(a.V(0), t), DType::kPred), Cast(Cast(a.V(1), t), DType::kPred))};
     }});
   }
 
