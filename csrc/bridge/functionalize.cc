@@ -43,6 +43,30 @@ namespace {
 using at::functionalization::ViewMeta;
 namespace fimpl = at::functionalization::impl;
 
+// Applies fn to every tensor of the stack's values from `begin` on: tensors, tensor lists and
+// optional tensor lists (the boxed kernels below wrap or unwrap their arguments and results this way).
+// fn receives defined tensors only.
+template <typename Fn>
+void MapStackTensors(torch::jit::Stack* stack, size_t begin, Fn&& fn) {
+  for (size_t i = begin; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined()) v = fn(t);
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(t.defined() ? fn(t) : t);
+      v = out;
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const auto& t : v.toOptionalTensorList().vec()) {
+        out.push_back(t && t->defined() ? std::optional<at::Tensor>(fn(*t)) : t);
+      }
+      v = out;
+    }
+  }
+}
+
 // ---- Writes through views whose elements overlap (expand, unfold with step < size, as_strided).
 // Eager writes such a view element after element; for the writes it allows (fills, masked fills,
 // copies, index_put) a base element ends up with the value written last to any view element that
@@ -407,32 +431,19 @@ void RegisterOutFromFirstResult(torch::Library& fn) {
 // views, and writes through the reshape missed the result.
 void CopyOfViewFunctionalize(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t nargs = op.schema().arguments().size(), nret = op.schema().returns().size();
-  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (!v.isTensor() || !fimpl::isFunctionalTensor(v.toTensor())) continue;
-    at::Tensor t = v.toTensor();
+  MapStackTensors(stack, stack->size() - nargs, [](const at::Tensor& t) {
+    if (!fimpl::isFunctionalTensor(t)) return t;
     fimpl::sync(t);
-    v = fimpl::from_functional_tensor(t);
-  }
+    return fimpl::from_functional_tensor(t);
+  });
   {
     at::AutoDispatchSkipFunctionalize guard;
     op.callBoxed(stack);
   }
-  auto wrap = [](const at::Tensor& t) {
-    if (!t.defined()) return t;
+  MapStackTensors(stack, stack->size() - nret, [](const at::Tensor& t) {
     if (!t.is_contiguous()) t.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), c10::contiguous_strides(t.sizes()));
     return fimpl::to_functional_tensor(t);
-  };
-  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) {
-      v = wrap(v.toTensor());
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> l = v.toTensorList();
-      for (size_t j = 0; j < l.size(); ++j) l.set(j, wrap(l.get(j)));
-      v = l;
-    }
-  }
+  });
 }
 
 void RegisterCopyOfViewKernels(torch::Library& fn) {
@@ -733,25 +744,9 @@ namespace {
 constexpr c10::DispatchKey kCompositeProbeKey = c10::DispatchKey::PrivateUse3;
 
 void FunctionalizedComposite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t n = op.schema().arguments().size();
-  const size_t begin = stack->size() - n;
-  for (size_t i = begin; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (t.defined() && !fimpl::isFunctionalTensor(t)) v = fimpl::to_functional_tensor(t);
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(fimpl::isFunctionalTensor(t) ? t : fimpl::to_functional_tensor(t));
-      v = out;
-    } else if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (const auto& t : v.toOptionalTensorList().vec()) {
-        out.push_back(t && t->defined() && !fimpl::isFunctionalTensor(*t) ? std::optional<at::Tensor>(fimpl::to_functional_tensor(*t)) : t);
-      }
-      v = out;
-    }
-  }
+  MapStackTensors(stack, stack->size() - op.schema().arguments().size(), [](const at::Tensor& t) {
+    return fimpl::isFunctionalTensor(t) ? t : fimpl::to_functional_tensor(t);
+  });
   {
     auto tls = c10::impl::tls_local_dispatch_key_set();
     c10::impl::PODLocalDispatchKeySet force;
@@ -760,22 +755,11 @@ void FunctionalizedComposite(const c10::OperatorHandle& op, torch::jit::Stack* s
     c10::impl::ForceDispatchKeyGuard guard(force);
     op.redispatchBoxed(c10::DispatchKeySet(kCompositeProbeKey), stack);
   }
-  const size_t m = op.schema().returns().size();
-  auto unwrap = [](const at::Tensor& t) {
-    if (!t.defined() || !fimpl::isFunctionalTensor(t)) return t;
+  MapStackTensors(stack, stack->size() - op.schema().returns().size(), [](const at::Tensor& t) {
+    if (!fimpl::isFunctionalTensor(t)) return t;
     fimpl::sync(t);
     return fimpl::from_functional_tensor(t);
-  };
-  for (size_t i = stack->size() - m; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (v.isTensor()) {
-      v = unwrap(v.toTensor());
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(unwrap(t));
-      v = out;
-    }
-  }
+  });
 }
 }  // namespace
 

@@ -483,6 +483,17 @@ const std::unordered_map<std::string, Rule>& Rules() {
   return *rules;
 }
 
+// Data movement: rows that only copy, reshape, select or concatenate values, with no arithmetic on
+// them. Right for every dtype the device holds (complex and float8 included).
+const char* const kMovementRows[] = {
+  "_reshape_alias_copy", "_unsafe_view", "alias_copy", "as_strided_copy", "cat", "clone", "constant_pad_nd",
+  "copy", "detach_copy", "diagonal_copy", "expand_copy", "lift_fresh_copy", "narrow_copy", "permute_copy",
+  "select_copy.int", "slice_copy.Tensor", "split_copy.Tensor", "split_with_sizes_copy", "squeeze_copy",
+  "squeeze_copy.dim", "squeeze_copy.dims", "stack", "t_copy", "transpose_copy.int", "unbind_copy.int",
+  "unsqueeze_copy", "view_copy", "index.Tensor", "_unsafe_index.Tensor", "index_select", "slice_scatter",
+  "select_scatter", "empty.memory_format", "empty_strided", "new_empty_strided",
+};
+
 // Rows whose lowering is right for complex operands (checked against eager by
 // scripts/survey_complex.py over torch's OpInfos). Any other row given a complex tensor (or a
 // complex number) runs on the CPU fallback: eager's values where eager supports the dtype, eager's
@@ -490,19 +501,16 @@ const std::unordered_map<std::string, Rule>& Rules() {
 // ordered complex numbers by their real part, some lowerings (cosh, lerp, addmm, norms) gave wrong
 // values, and remainder/hardtanh crashed XLA's compiler (issue #7).
 const std::unordered_set<std::string>& ComplexRows() {
-  static const auto* rows = new std::unordered_set<std::string>{
-      // data movement: no arithmetic on the values
-      "_conj_copy", "_conj_physical", "_reshape_alias_copy", "_unsafe_view", "alias_copy", "as_strided_copy",
-      "as_strided_scatter", "cat", "clone", "constant_pad_nd", "copy", "detach_copy", "diag_embed", "diagonal_copy",
-      "diagonal_scatter", "empty.memory_format", "empty_strided", "expand_copy", "fill.Scalar", "fill.Tensor", "flip",
-      "full", "gather", "index.Tensor", "_unsafe_index.Tensor", "index_copy", "index_fill.int_Scalar",
-      "index_fill.int_Tensor", "index_put", "_index_put_impl", "_unsafe_index_put", "index_select", "lift_fresh_copy",
-      "masked_fill.Scalar", "masked_fill.Tensor", "masked_scatter", "narrow_copy", "new_empty_strided", "permute_copy",
-      "put", "repeat", "roll", "select_backward", "select_copy.int", "select_scatter", "slice_backward",
-      "slice_copy.Tensor", "slice_scatter", "split_copy.Tensor", "split_with_sizes_copy", "squeeze_copy",
-      "squeeze_copy.dim", "squeeze_copy.dims", "stack", "t_copy", "take", "transpose_copy.int", "tril", "triu",
-      "unbind_copy.int", "unsqueeze_copy", "view_copy", "where.self", "zero", "scatter.src", "scatter.value",
-      "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
+  static const auto* rows = [] {
+    auto* r = new std::unordered_set<std::string>(std::begin(kMovementRows), std::end(kMovementRows));
+    r->insert({
+      // more data movement (conjugation, fills, scatters, flips, rolls, shuffles)
+      "_conj_copy", "_conj_physical", "as_strided_scatter", "diag_embed", "diagonal_scatter", "fill.Scalar",
+      "fill.Tensor", "flip", "full", "gather", "index_copy", "index_fill.int_Scalar", "index_fill.int_Tensor",
+      "index_put", "_index_put_impl", "_unsafe_index_put", "masked_fill.Scalar", "masked_fill.Tensor",
+      "masked_scatter", "put", "repeat", "roll", "select_backward", "slice_backward", "take", "tril", "triu",
+      "where.self", "zero", "scatter.src", "scatter.value", "pixel_shuffle", "pixel_unshuffle",
+      "channel_shuffle",
       // arithmetic whose complex lowering matches eager, special values (inf, nan, signed zeros)
       // included. Division, abs, sgn, pow and the transcendental functions do not (XLA's complex
       // division by zero gives nan where eager gives inf, sqrt(-2.5-0j) has the other sign, abs of
@@ -513,7 +521,9 @@ const std::unordered_set<std::string>& ComplexRows() {
       "_foreach_add.ScalarList", "_foreach_add.Tensor", "_foreach_sub.List", "_foreach_sub.Scalar",
       "_foreach_sub.ScalarList", "_foreach_mul.List", "_foreach_mul.Scalar", "_foreach_mul.ScalarList",
       "_foreach_mul.Tensor", "_foreach_neg",
-      "_foreach_zero"};
+      "_foreach_zero"});
+    return r;
+  }();
   return *rows;
 }
 
@@ -551,13 +561,7 @@ bool HasComplexOperand(const OpArgs& a) {
 // exceptions are eager's. Operands mixing float8 with another floating dtype also go there (eager
 // refuses to promote float8), except in copy.
 const std::unordered_set<std::string>& Float8Rows() {
-  static const auto* rows = new std::unordered_set<std::string>{
-      "_reshape_alias_copy", "_unsafe_view", "alias_copy", "as_strided_copy", "cat", "clone", "constant_pad_nd",
-      "copy", "detach_copy", "diagonal_copy", "expand_copy", "lift_fresh_copy", "narrow_copy", "permute_copy",
-      "select_copy.int", "slice_copy.Tensor", "split_copy.Tensor", "split_with_sizes_copy", "squeeze_copy",
-      "squeeze_copy.dim", "squeeze_copy.dims", "stack", "t_copy", "transpose_copy.int", "unbind_copy.int",
-      "unsqueeze_copy", "view_copy", "index.Tensor", "_unsafe_index.Tensor", "index_select", "slice_scatter",
-      "select_scatter", "empty.memory_format", "empty_strided", "new_empty_strided"};
+  static const auto* rows = new std::unordered_set<std::string>(std::begin(kMovementRows), std::end(kMovementRows));
   return *rows;
 }
 
