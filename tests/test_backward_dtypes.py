@@ -43,6 +43,7 @@ CASES = {
     "sigmoid_backward": lambda g, x, d: A.sigmoid_backward(mk(5, g, 1).to(d), mk(5, x, 2, 0, 1).to(d)),
     "tanh_backward": lambda g, x, d: A.tanh_backward(mk(5, g, 1).to(d), mk(5, x, 2, -1, 1).to(d)),
     "silu_backward": lambda g, x, d: A.silu_backward(mk(5, g, 1).to(d), mk(5, x, 2).to(d)),
+    "mish_backward": lambda g, x, d: A.mish_backward(mk(5, g, 1).to(d), mk(5, x, 2).to(d)),
     "threshold_backward": lambda g, x, d: A.threshold_backward(mk(5, g, 1).to(d), mk(5, x, 2).to(d), 0.1),
     "log_sigmoid_backward": lambda g, x, d: A.log_sigmoid_backward(mk(5, g, 1).to(d), mk(5, x, 2).to(d),
                                                                    mk(5, x, 3, 0, 1).to(d)),

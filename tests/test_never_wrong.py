@@ -2035,6 +2035,100 @@ def test_reduced_float_copysign_then_cast_as_eager():
                 assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (dt, other, got, want)
 
 
+def test_reduced_float_mean_add_alpha_leaky_relu_as_eager():
+    """bfloat16/float16, bit-equal to eager's CPU kernels (found comparing a bf16 model's ops one by
+    one): mean sums in float32, divides in float32 and rounds once (ours rounded the sum and divided
+    by the count in the reduced dtype: a mean over 333 elements divided by 332 in bf16);
+    add/sub/rsub with an alpha round once in eager's vectorized loop body and twice in its scalar
+    tail (the product, then the sum), which elements take which following eager's loop and thread
+    split (every SGD step `p.add_(grad, alpha=-lr)` was 1 ulp off in ~9% of the elements), as does
+    rsqrt (once in the body, the square root first in the tail); leaky_relu multiplies by its slope
+    in float32; the in-place _foreach_mul_ converts its scalar to the tensor's dtype."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.bfloat16, torch.float16):
+        x = torch.randn(64, 333, generator=g).to(dt)
+        for f in (lambda t: t.mean(-1), lambda t: t.mean(), lambda t: t.float().mean(0, dtype=dt),
+                  lambda t: F.leaky_relu(t, 0.1), lambda t: F.leaky_relu(t.t(), 0.3),
+                  lambda t: t.abs().rsqrt(), lambda t: t[:, :31].abs().rsqrt(),
+                  lambda t: t[:5, :13].abs().rsqrt_(), lambda t: t.float().pow(2).mean(-1, keepdim=True).to(dt).rsqrt()):
+            assert torch.equal(f(x.to(DEV)).cpu(), f(x)), dt
+        for n in (1, 31, 32, 63, 65, 4136, 70001):  # body only, tail only, both; 70001: two threads' chunks
+            a, b = torch.randn(n, generator=g).to(dt), torch.randn(n, generator=g).to(dt)
+            cases = [lambda a, b: torch.add(a, b, alpha=0.1), lambda a, b: torch.sub(a, b, alpha=0.3),
+                     lambda a, b: torch.rsub(a, b, alpha=0.7), lambda a, b: a.clone().add_(b, alpha=-1e-3),
+                     lambda a, b: torch.add(a, 1.5, alpha=0.1), lambda a, b: torch.add(a, b[:1], alpha=0.1),
+                     lambda a, b: torch._foreach_add([a], [b], alpha=0.01)[0],
+                     lambda a, b: torch.add(a.reshape(1, -1), b.reshape(-1, 1)[:1], alpha=0.1)]
+            for f in cases:
+                assert torch.equal(f(a.to(DEV), b.to(DEV)).cpu(), f(a, b)), (dt, n)
+    # eager's in-place _foreach_mul_ converts its scalar(s) to each tensor's dtype first (0.9 is
+    # 0.8984375 in bf16), the out-of-place one and mul_ do not; with a gradient to record, too
+    for dt in (torch.bfloat16, torch.float16):
+        a0, b0 = torch.randn(3500, generator=g).to(dt), torch.randn(70, generator=g)
+        for f in (lambda ts: torch._foreach_mul_(ts, 0.9), lambda ts: torch._foreach_mul_(ts, [0.9, 0.3]),
+                  lambda ts: torch._foreach_mul_(ts, 257), lambda ts: torch._foreach_mul_(ts, 1e39)):
+            res = []
+            for dev in ("cpu", DEV):
+                ts = [a0.to(dev).clone(), b0.to(dev).clone()]
+                f(ts)
+                res.append([t.cpu() for t in ts])
+            assert all(torch.equal(x, y) for x, y in zip(*res)), dt
+        res = []
+        for dev in ("cpu", DEV):
+            x = a0.clone().to(dev).requires_grad_()
+            y = [x * 1, b0.clone().to(dev)]
+            torch._foreach_mul_(y, 0.9)
+            (y[0].float().sum() + y[1].sum()).backward()
+            res.append([y[0].detach().cpu(), y[1].cpu(), x.grad.cpu()])
+        assert all(torch.equal(x, y) for x, y in zip(*res)), dt
+        with pytest.raises(RuntimeError):
+            torch._foreach_mul_([a0.to(DEV)], [0.9, 0.3])
+    # an SGD step on a bf16 model
+    for dev in ("cpu", DEV):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(70, 50).to(torch.bfloat16).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, weight_decay=1e-4)
+        for _ in range(2):
+            opt.zero_grad()
+            m(torch.ones(4, 70, dtype=torch.bfloat16, device=dev)).float().pow(2).mean().backward()
+            opt.step()
+        if dev == "cpu":
+            want = [p.detach().clone() for p in m.parameters()]
+        else:
+            for p, w in zip(m.parameters(), want):
+                assert torch.equal(p.detach().cpu(), w)
+
+
+def test_reduced_float_mish_logsigmoid_gradients_as_eager():
+    """mish's gradient is eager's one CPU kernel (mish_backward is CompositeImplicit on XLA: it
+    decomposed into bf16 ops, each rounded; half the input gradients were 1 ulp off), its double
+    backward torch's formula; log_sigmoid_forward returns eager's buffer exp(-|x|) in x's dtype (ours
+    was empty) and the backward reads that rounded buffer, as eager's."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.bfloat16, torch.float32, torch.float64):
+        x0, gy = torch.randn(64, 33, generator=g).to(dt), torch.randn(64, 33, generator=g).to(dt)
+        for f in (F.mish, F.logsigmoid):
+            res = []
+            for dev in ("cpu", DEV):
+                x = x0.clone().to(dev).requires_grad_()
+                y = f(x)
+                gx, = torch.autograd.grad(y, x, gy.to(dev), create_graph=dt == torch.float64)
+                out = [y.detach().cpu(), gx.detach().cpu()]
+                if dt == torch.float64:  # second derivatives: torch's formulas
+                    out.append(torch.autograd.grad(gx.sum(), x)[0].cpu())
+                res.append(out)
+            for a, b in zip(*res):
+                if dt == torch.bfloat16:
+                    assert torch.equal(a, b), (f, dt, (a != b).sum())
+                else:
+                    torch.testing.assert_close(b, a)
+        outs = [torch.ops.aten.log_sigmoid_forward(x0.to(dev)) for dev in ("cpu", DEV)]
+        assert outs[1][1].shape == outs[0][1].shape and outs[1][1].dtype == outs[0][1].dtype
+        torch.testing.assert_close(outs[1][1].cpu(), outs[0][1])
+
+
 def test_silu_double_backward_as_eager():
     """silu_backward runs our one-kernel row only when no gradient of it is wanted; second
     derivatives (create_graph=True) take torch's formula. (Differentiating silu_backward itself, which

@@ -777,8 +777,8 @@ _CIA = ("row {} shadows a CompositeImplicitAutograd op: autograd sees no formula
         "is None")
 CIA_OK = {
     # an AutogradXLA kernel (csrc/bridge/autograd_xla_overrides.cc) runs torch's decomposition whenever
-    # a gradient of silu_backward itself is wanted (test_silu_double_backward_as_eager)
-    "silu_backward",
+    # a gradient of silu_backward itself is wanted (test_silu_double_backward_as_eager); mish_backward too
+    "silu_backward", "mish_backward",
 }
 
 

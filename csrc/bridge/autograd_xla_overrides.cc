@@ -10,7 +10,10 @@
 // composite (zeros + scatter_, or a host read of the max for num_classes=-1, as eager) with the
 // scatter's in-graph index check worded as eager's CPU kernel: no extra host sync.
 #include <ATen/ATen.h>
+#include <ATen/ops/_foreach_mul_ops.h>
 #include <ATen/ops/linear_native.h>
+#include <ATen/ops/mish_backward_native.h>
+#include <ATen/ops/mish_backward_ops.h>
 #include <ATen/ops/silu_backward_native.h>
 #include <ATen/ops/silu_backward_ops.h>
 #include <torch/library.h>
@@ -120,6 +123,66 @@ at::Tensor SiluBackwardXla(const at::Tensor& grad_output, const at::Tensor& self
   at::AutoDispatchBelowADInplaceOrView guard;
   return at::_ops::silu_backward::call(grad_output, self);
 }
+// mish's gradient, the same way (half of a bf16 Mish's input gradients were 1 ulp off)
+at::Tensor MishBackwardXla(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (at::GradMode::is_enabled() && (grad_output.requires_grad() || self.requires_grad())) {
+    return at::native::math_mish_backward(grad_output, self);
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return at::_ops::mish_backward::call(grad_output, self);
+}
+
+// torch._foreach_mul_(tensors, scalar) (or a scalar list): eager's CPU kernel multiplies a bfloat16
+// or float16 tensor by the scalar converted to the tensor's dtype, unchecked (0.9 is 0.8984375 in
+// bf16; foreach Adam's beta2 0.999 is 1.0), where mul_ and the out-of-place _foreach_mul keep it in
+// float32 (measured on torch 2.13). Functionalization turns the in-place op into the functional one,
+// so the conversion is done here, above it. Without a gradient to record, the rest of the dispatch
+// runs below autograd (as autograd's own kernel would); otherwise one mul_ per tensor.
+namespace {
+bool ReducedFloat(const at::Tensor& t) {
+  return t.defined() && (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf);
+}
+at::Scalar InDtype(const at::Scalar& s, const at::Tensor& t) {
+  if (!ReducedFloat(t) || s.isComplex() || s.isBoolean()) return s;
+  const float f = static_cast<float>(s.toDouble());
+  return t.scalar_type() == at::kBFloat16 ? at::Scalar(static_cast<double>(static_cast<float>(c10::BFloat16(f))))
+                                          : at::Scalar(static_cast<double>(static_cast<float>(c10::Half(f))));
+}
+bool WantsGrad(at::TensorList ts) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const auto& t : ts) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+void ForeachMulScalarListXla(c10::DispatchKeySet ks, at::TensorList self, at::ArrayRef<at::Scalar> scalars) {
+  std::vector<at::Scalar> s(scalars.begin(), scalars.end());
+  if (s.size() == self.size()) {
+    for (size_t i = 0; i < s.size(); ++i) s[i] = InDtype(s[i], self[i]);
+    if (WantsGrad(self)) {
+      for (size_t i = 0; i < s.size(); ++i) const_cast<at::Tensor&>(self[i]).mul_(s[i]);
+      return;
+    }
+  }
+  at::AutoDispatchBelowAutograd guard;
+  at::_ops::_foreach_mul__ScalarList::redispatch(ks & c10::after_autograd_keyset, self, s);
+}
+void ForeachMulScalarXla(c10::DispatchKeySet ks, at::TensorList self, const at::Scalar& scalar) {
+  bool reduced = false;
+  for (const auto& t : self) reduced = reduced || ReducedFloat(t);
+  if (!reduced) {
+    if (WantsGrad(self)) {
+      for (const auto& t : self) const_cast<at::Tensor&>(t).mul_(scalar);
+      return;
+    }
+    at::AutoDispatchBelowAutograd guard;
+    at::_ops::_foreach_mul__Scalar::redispatch(ks & c10::after_autograd_keyset, self, scalar);
+    return;
+  }
+  std::vector<at::Scalar> s(self.size(), scalar);
+  ForeachMulScalarListXla(ks, self, s);
+}
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradXLA, m) {
   m.impl("linalg_matrix_rank.atol_rtol_tensor_out",
@@ -128,5 +191,8 @@ TORCH_LIBRARY_IMPL(aten, AutogradXLA, m) {
   m.impl("one_hot", TORCH_FN(OneHotXla));
   m.impl("linear", TORCH_FN(LinearXla));
   m.impl("silu_backward", TORCH_FN(SiluBackwardXla));
+  m.impl("mish_backward", TORCH_FN(MishBackwardXla));
+  m.impl("_foreach_mul_.Scalar", TORCH_FN(ForeachMulScalarXla));
+  m.impl("_foreach_mul_.ScalarList", TORCH_FN(ForeachMulScalarListXla));
   m.impl("set_.source_Tensor_storage_offset", TORCH_FN(SetStorageXla));
 }

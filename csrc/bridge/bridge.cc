@@ -5,6 +5,8 @@
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/Version.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -1158,9 +1160,25 @@ void GroupNormFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* s
   }
 }
 
+// How eager's CPU loops split 16-bit results (ops::EagerBodyOrTail): measured on x86, the
+// vectorized body steps by 32 elements of a 16-bit dtype with AVX2 and AVX512 alike (the add kernel
+// ATen dispatches to is its AVX2 build, two 16-lane vectors per step); other capabilities take the
+// scalar path's roundings everywhere. The intra-op thread count is read at each trace.
+static ops::EagerCpuLoop EagerCpuLoopNow() {
+  ops::EagerCpuLoop loop;
+  static const int step16 = [] {
+    const std::string cap = at::get_cpu_capability();  // "AVX512", "AVX2", "DEFAULT", ...
+    return cap == "AVX512" || cap == "AVX2" ? 32 : 0;
+  }();
+  loop.step16 = step16;
+  loop.threads = at::get_num_threads();
+  return loop;
+}
+
 void RegisterKernels() {
   static torch::Library* lib = nullptr;
   if (lib) return;
+  ops::SetEagerCpuLoopSource(&EagerCpuLoopNow);
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::XLA, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
   // Kernels of our own, not rows: never overridden by a row variant.
@@ -1190,10 +1208,11 @@ void RegisterKernels() {
       if (!handle) continue;  // not in this torch release
       // A CompositeImplicitAutograd op decomposes above autograd; a backend kernel would hide it
       // from autograd (no gradients). Its decomposition reaches our rows anyway.
-      // (silu_backward: eager CPU runs its one kernel, rounding bf16 once; autograd_xla_overrides.cc
-      // sends XLA's calls to this row when no gradient of it is wanted, its decomposition otherwise.)
+      // (silu_backward, mish_backward: eager CPU runs its one kernel, rounding bf16 once;
+      // autograd_xla_overrides.cc sends XLA's calls to this row when no gradient of it is wanted,
+      // its decomposition otherwise.)
       if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
-          row.aten != "silu_backward") {
+          row.aten != "silu_backward" && row.aten != "mish_backward") {
         continue;
       }
       if (vname != name || vover != overload) {

@@ -466,4 +466,34 @@ std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel) {
   return shape;
 }
 
+namespace {
+EagerCpuLoop (*g_eager_loop_source)() = nullptr;
+}  // namespace
+
+void SetEagerCpuLoopSource(EagerCpuLoop (*source)()) { g_eager_loop_source = source; }
+
+Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail) {
+  const EagerCpuLoop loop = g_eager_loop_source ? g_eager_loop_source() : EagerCpuLoop{};
+  const int64_t n = ProductOf(dims), v = loop.step16;
+  if (v <= 0) return tail;
+  constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE: smaller loops run on one thread
+  const int64_t threads = n < kGrain ? 1 : std::max<int64_t>(1, std::min<int64_t>(loop.threads, (n + kGrain - 1) / kGrain));
+  const int64_t chunk = (n + threads - 1) / threads;  // at::parallel_for's split
+  std::vector<std::pair<int64_t, int64_t>> tails;    // [lo, hi) of each chunk's scalar tail
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t len = std::min(chunk, n - start);
+    if (len % v) tails.push_back({start + len - len % v, start + len});
+  }
+  if (tails.empty()) return body;
+  if (tails.size() == 1 && tails[0].first == 0 && tails[0].second == n) return tail;
+  ir::Shape is(DType::kS64, {n});
+  Value i = ir::Iota(is, 0), mask;
+  for (const auto& [lo, hi] : tails) {
+    Value in = ir::Binary(ir::Op::kAnd, ir::Compare(ir::CompareDir::kGE, i, ir::Full(static_cast<double>(lo), is)),
+                          ir::Compare(ir::CompareDir::kLT, i, ir::Full(static_cast<double>(hi), is)));
+    mask = mask ? ir::Binary(ir::Op::kOr, mask, in) : in;
+  }
+  return ir::Select(ir::Reshape(mask, dims), tail, body);
+}
+
 }  // namespace txla::ops

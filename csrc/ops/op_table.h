@@ -144,4 +144,18 @@ void CheckIndexRange(const Value& idx, int64_t lo, int64_t hi, const std::string
 void CheckNonZeroDivisor(const Value& divisor, int device);
 std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel);
 
+// How eager's CPU elementwise loops split a 16-bit float result (TensorIterator + cpu_kernel_vec):
+// `threads` chunks when it has at least 32768 elements, and in each chunk a vectorized body of
+// `step16` elements per step followed by a scalar tail. Some ops round differently in the two
+// (add with alpha: once in the body, twice in the tail). Set by the bridge from torch's CPU
+// capability and thread count (step16 = 0: no vectorized body, every element takes the scalar path).
+struct EagerCpuLoop {
+  int step16 = 0;
+  int threads = 1;
+};
+void SetEagerCpuLoopSource(EagerCpuLoop (*source)());
+// The body's value where eager's loop over a contiguous result of `dims` vectorizes, the tail's
+// where it does not (a select only when both occur).
+Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail);
+
 }  // namespace txla::ops

@@ -55,20 +55,37 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
     }
     // bf16/f16: eager's add kernel first converts every operand to the result dtype (a Python
     // number or 0-dim tensor too: 70000.0 becomes inf in float16, so -inf + 70000.0 is nan) and
-    // computes `self + alpha * other` in that dtype: each product and sum in float32, rounded.
+    // computes `self + alpha * other` in float32 from those values. With an alpha, its vectorized
+    // body rounds once (a fused multiply-add), its scalar tail twice (the product, then the sum):
+    // which elements take which follows eager's loop (EagerBodyOrTail; same-shaped operands).
     DType ct = OpMath(t);
     const bool reduced = ct != t;
     auto in_t = [&](const Value& v) { return reduced ? Cast(Cast(v, t), ct) : Cast(v, ct); };
     Value x = in_t(self.v);
     Value y = scalar_other ? in_t(ScalarV(a.S(1), reduced ? t : ct, a.device)) : in_t(a.V(1));
+    auto result = [&](const Value& p, const Value& q) { return Cast(reverse ? Bin(op, q, p) : Bin(op, p, q), t); };
     const Scalar& alpha = a.S(2);
     if (!(alpha.AsDouble() == 1.0)) {
       Value al = in_t(ScalarV(alpha, reduced ? t : ct, a.device));
       Value& scaled = reverse ? x : y;
-      scaled = in_t(Bin(Op::kMul, scaled, al));  // rounded to bf16/f16 before the sum, as eager
+      Value product = Bin(Op::kMul, scaled, al);
+      if (reduced) {
+        const Value& other = reverse ? y : x;
+        auto dims = BroadcastShapes(x.dims(), y.dims());
+        // one loop over the result when each operand has its shape or one element (a broadcast
+        // scalar); other broadcasts loop row by row: the tail's rounding, as before
+        auto flat = [&](const Value& v) { return v.dims() == dims || v.shape().numel() == 1; };
+        const bool same_shapes = flat(x) && flat(y);
+        Value rounded = in_t(product);
+        Value tail = reverse ? result(rounded, other) : result(other, rounded);
+        if (!same_shapes) return {tail};
+        Value body = reverse ? result(product, other) : result(other, product);
+        return {EagerBodyOrTail(dims, body, tail)};
+      }
+      scaled = product;
     }
     if (t == DType::kPred) return {Bin(op == Op::kAdd ? Op::kOr : Op::kXor, x, y)};
-    return {Cast(reverse ? Bin(op, y, x) : Bin(op, x, y), t)};
+    return {result(x, y)};
   };
 }
 
@@ -301,7 +318,16 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   rows.push_back({"log", FloatUnary(Op::kLog)});
   rows.push_back({"log1p", FloatUnary(Op::kLog1p)});
   rows.push_back({"sqrt", FloatUnary(Op::kSqrt)});
-  rows.push_back({"rsqrt", FloatUnary(Op::kRsqrt)});
+  rows.push_back({"rsqrt", [](OpArgs& a) -> V {
+    // bf16/f16: eager's vectorized loop body rounds 1 / sqrt(x) once, its scalar tail rounds the
+    // square root first (an RMSNorm's [batch, seq, 1] statistics are mostly tail)
+    Value x = a.V(0);
+    DType t = FloatOf(x.dtype()), ct = OpMath(t);
+    Value xf = Cast(x, ct), body = Cast(ir::Unary(Op::kRsqrt, xf), t);
+    if (ct == t) return {body};
+    Value tail = Cast(Bin(Op::kDiv, ir::Full(1, ir::Shape(ct, {})), Cast(Cast(ir::Unary(Op::kSqrt, xf), t), ct)), t);
+    return {EagerBodyOrTail(x.dims(), body, tail)};
+  }});
   rows.push_back({"sin", FloatUnary(Op::kSin)});
   rows.push_back({"cos", FloatUnary(Op::kCos)});
   rows.push_back({"tan", FloatUnary(Op::kTan)});
@@ -377,6 +403,22 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     Value r = ir::Binary(Op::kMul, ir::Binary(Op::kMul, g, sg),
                          ir::Binary(Op::kAdd, one, ir::Binary(Op::kMul, x, ir::Binary(Op::kSub, one, sg))));
     return {Cast(r, t)};
+  }});
+  rows.push_back({"mish_backward", [](OpArgs& a) -> V {
+    // (grad, self): dy * (t + x * s * (1 - t * t)), t = tanh(softplus(x)), s = sigmoid(x): eager's
+    // CPU kernel, in float32 for bf16/f16 and rounded once (see silu_backward); mixed dtypes
+    // compute in their common dtype and give self's, as eager's
+    DType t = ResultType({&a.T(0), &a.T(1)}), out = a.V(1).dtype();
+    if (!ir::IsFloating(t) || !ir::IsFloating(out)) throw NotLowered{};
+    DType ct = OpMath(t);
+    Value g = Cast(Cast(a.V(0), t), ct), x = Cast(Cast(a.V(1), t), ct);
+    auto dims = BroadcastShapes(g.dims(), x.dims());
+    g = BroadcastTo(g, dims), x = BroadcastTo(x, dims);
+    Value one = ir::Full(1, x.shape());
+    Value th = ir::Unary(Op::kTanh, ir::Unary(Op::kLog1p, ir::Unary(Op::kExp, x)));
+    Value inner = ir::Binary(Op::kMul, ir::Binary(Op::kMul, x, Sigmoid(x)),
+                             ir::Binary(Op::kSub, one, ir::Binary(Op::kMul, th, th)));
+    return {Cast(Cast(ir::Binary(Op::kMul, g, ir::Binary(Op::kAdd, th, inner)), t), out)};
   }});
   // Mixed-dtype backward calls (a bf16 grad of an f32 output, or the reverse) promote both operands
   // to their common dtype, as eager's TensorIterator does; same-dtype calls compute as before.

@@ -1105,8 +1105,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     return {Bin(Op::kMin, ScalarV(a.S(2), x.dtype(), a.device), Bin(Op::kMax, ScalarV(a.S(1), x.dtype(), a.device), x))};
   }});
   rows.push_back({"leaky_relu", [](OpArgs& a) -> V {
+    // bf16/f16: eager multiplies in float32 by the slope as a float32 (not rounded to the dtype)
     Value x = a.V(0);
-    Value s = Bin(Op::kMul, x, ScalarV(a.S(1), x.dtype(), a.device));
+    DType t = x.dtype(), ct = OpMath(t);
+    Value s = Cast(Bin(Op::kMul, Cast(x, ct), ScalarV(a.S(1), ct, a.device)), t);
     return {ir::Select(ir::Compare(CompareDir::kGT, x, ir::Full(0, x.shape())), x, s)};
   }});
 

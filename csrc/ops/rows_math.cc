@@ -405,23 +405,26 @@ void AddMathRows(std::vector<OpRow>& rows) {
     return {Cast(Log(Div(c, Sub(C(1, c), c))), out)};
   }});
   rows.push_back({"log_sigmoid_forward", [](OpArgs& a) -> V {
-    // min(x, 0) - log1p(exp(-|x|)); the buffer is empty, as eager's CPU kernel returns it.
+    // min(x, 0) - log1p(z), z = exp(-|x|); the buffer is z in x's dtype, as eager's CPU kernel
+    // returns it (its backward reads the rounded z)
     Value x = a.V(0);
     if (!ir::IsFloating(x.dtype())) throw NotLowered{};
     Value c = Cast(x, OpMath(x.dtype()));
-    Value r = Sub(Min(c, C(0, c)), Log1p(Exp(ir::Unary(Op::kNeg, Abs(c)))));
-    return {Cast(r, x.dtype()), ir::Full(0, ir::Shape(x.dtype(), {0}))};
+    Value z = Exp(ir::Unary(Op::kNeg, Abs(c)));
+    Value r = Sub(Min(c, C(0, c)), Log1p(z));
+    return {Cast(r, x.dtype()), Cast(z, x.dtype())};
   }});
   rows.push_back({"log_sigmoid_backward", [](OpArgs& a) -> V {
-    // grad * (max_deriv - sign * z / (1 + z)), z = exp(-|x|): eager's formula.
-    Value g = a.V(0), x = a.V(1);
+    // grad * (max_deriv - sign * z / (1 + z)), z = exp(-|x|) from the forward's buffer (rounded to
+    // x's dtype there): eager's formula. A buffer of another shape: z computed here.
+    Value g = a.V(0), x = a.V(1), buffer = a.V(2);
     DType ct = OpMath(x.dtype());
     Value c = Cast(x, ct), gc = Cast(g, ct);
     auto dims = BroadcastShapes(gc.dims(), c.dims());
     c = BroadcastTo(c, dims);
     gc = BroadcastTo(gc, dims);
     Value neg = Lt(c, C(0, c));
-    Value z = Exp(ir::Unary(Op::kNeg, Abs(c)));
+    Value z = buffer.dims() == dims ? Cast(buffer, ct) : Exp(ir::Unary(Op::kNeg, Abs(c)));
     Value q = Div(z, Add(C(1, z), z));
     Value d = ir::Select(neg, Sub(C(1, q), q), q);
     Value r = Mul(gc, d);

@@ -131,8 +131,11 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     }
     int64_t count = 1;
     if (x.rank() > 0) for (int64_t d : dims) count *= x.dims()[d];
-    Value s = SumDims(x, dims, keepdim, t);
-    return ir::Binary(Op::kDiv, s, ir::Full(static_cast<double>(count), s.shape()));
+    // bf16/f16: eager's CPU mean sums in float32, divides in float32 and rounds once (dividing the
+    // rounded sum by the count in the reduced dtype was off, and 333 is 332 in bfloat16)
+    DType acc = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
+    Value s = SumDims(x, dims, keepdim, acc);
+    return Cast(ir::Binary(Op::kDiv, s, ir::Full(static_cast<double>(count), s.shape())), t);
   };
   rows.push_back({"mean", [mean](OpArgs& a) -> V {
     Value x = a.V(0);
@@ -271,8 +274,11 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     Value m = KeepDims(ir::Reduce(ir::ReduceKind::kMax, xc, dims), xc.dims(), dims);
     Value inf = ir::Compare(ir::CompareDir::kEQ, ir::Unary(Op::kAbs, m), ir::Full(std::numeric_limits<double>::infinity(), m.shape()));
     m = ir::Select(inf, ir::Full(0, m.shape()), m);
-    Value s = SumDims(ir::Unary(Op::kExp, Bin(Op::kSub, xc, m)), dims, true, ct);
-    Value r = ir::Binary(Op::kAdd, ir::Unary(Op::kLog, s), m);
+    // bf16/f16: eager's composite runs one aten op per step on tensors of the dtype, each rounded
+    // (x - m, exp, the float32-accumulated sum, log, + m)
+    auto step = [&](const Value& v) { return ct == t ? v : Cast(Cast(v, t), ct); };
+    Value s = step(SumDims(step(ir::Unary(Op::kExp, step(Bin(Op::kSub, xc, m)))), dims, true, ct));
+    Value r = ir::Binary(Op::kAdd, step(ir::Unary(Op::kLog, s)), m);
     if (!keepdim) r = ir::Reshape(r, ir::Reduce(ir::ReduceKind::kSum, xc, dims).dims());
     return {Cast(r, t)};
   }});
