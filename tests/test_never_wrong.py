@@ -2129,6 +2129,91 @@ def test_reduced_float_mish_logsigmoid_gradients_as_eager():
         torch.testing.assert_close(outs[1][1].cpu(), outs[0][1])
 
 
+def test_avg_pooling_and_mean_round_as_eager():
+    """avg pooling: eager divides each window's float32 sum by its divisor, correctly rounded; XLA
+    turned the division by our constant divisor into a multiplication by its reciprocal (1 ulp off in
+    half the float32 outputs, and a few bf16 ones); the divisor now sits behind an optimization
+    barrier (mean's count is a device scalar for the same reason); adaptive avg pooling sums each
+    window element by element in eager's order and divides by its height, then its width (the
+    global (1, 1) pool is torch's mean: another summation order). bf16/f16 gradients of avg_pool and
+    of adaptive avg pooling with overlapping windows add each window's rounded share into the input
+    gradient in eager's order, each sum rounded. avg_pool3d of bf16/f16 raises eager's
+    NotImplementedError."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        for shape, f in (((2, 3, 9, 9), lambda t: F.avg_pool2d(t, 3, 2, 1)),
+                         ((2, 3, 10, 9), lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+                         ((2, 3, 9, 9), lambda t: F.avg_pool2d(t, 3, 2, 1, divisor_override=7)),
+                         ((2, 3, 8, 7), lambda t: F.avg_pool2d(t, (3, 2), (1, 2), (1, 0))),
+                         ((2, 3, 9), lambda t: F.avg_pool1d(t, 3, 2, 1)),
+                         ((2, 3, 9, 7), lambda t: F.adaptive_avg_pool2d(t, (3, 2))),
+                         ((3, 3, 5), lambda t: F.adaptive_avg_pool2d(t, (7, 4)))):
+            x0, res = torch.randn(*shape, generator=g).to(dt), []
+            for dev in ("cpu", DEV):
+                x = x0.clone().to(dev).requires_grad_()
+                y = f(x)
+                y.backward(torch.linspace(-2, 3, y.numel()).reshape(y.shape).to(dt).to(dev))
+                res.append((y.detach().cpu(), x.grad.cpu()))
+            (ye, ge), (yo, go) = res
+            assert torch.equal(ye, yo), (dt, shape, (ye != yo).sum())
+            if dt != torch.float32:
+                assert torch.equal(ge, go), (dt, shape, (ge != go).sum())
+        x = torch.randn(4000, 7, generator=g).to(dt)
+        torch.testing.assert_close(x.to(DEV).mean(-1).cpu(), x.mean(-1))
+    for dt in (torch.bfloat16, torch.float16):
+        for dev in ("cpu", DEV):
+            with pytest.raises(NotImplementedError, match="avg_pool3d_out_frame"):
+                F.avg_pool3d(torch.ones(1, 2, 4, 4, 4, dtype=dt, device=dev), 2).cpu()
+
+
+def test_copy_into_overlapping_view_as_eager():
+    """copy_ into a view whose elements overlap (unfold with step < size, as_strided): a location
+    covered twice keeps the element eager's TensorIterator writes last; ours took the last changed
+    element in row-major order (fuzz seed 70569: b.unfold(0, 2, 1).copy_(src) left 1 where eager
+    leaves 0)."""
+    import random
+    rng = random.Random(1)
+    for trial in range(40):
+        n, k = rng.randint(4, 8), rng.randint(2, 4)
+        step, c = rng.randint(1, k - 1), rng.randint(1, 3)
+        if n < k:
+            continue
+        dt = rng.choice([torch.float32, torch.int64, torch.bool])
+        base0 = (torch.randn(n, c, generator=torch.Generator().manual_seed(trial)) * 3).to(dt)
+        kind, tr = rng.choice(["full", "perm", "bcast0", "bcast1", "cpu", "dtype", "scalar"]), rng.random() < 0.4
+        outs = []
+        for dev in ("cpu", DEV):
+            base = base0.clone().to(dev)
+            view = base.unfold(0, k, step)
+            view = view.transpose(0, 2) if tr else view
+            size, g = view.shape, torch.Generator().manual_seed(trial)
+            src = {"full": lambda: torch.randn(size, generator=g),
+                   "perm": lambda: torch.randn(tuple(reversed(size)), generator=g).permute(2, 1, 0),
+                   "bcast0": lambda: torch.randn(size[1:], generator=g),
+                   "bcast1": lambda: torch.randn(size[0], 1, size[2], generator=g),
+                   "scalar": lambda: torch.tensor(2.5)}.get(kind, lambda: torch.randn(size, generator=g))()
+            src = (src * 3).to(dt)
+            src = src.double() if kind == "dtype" else src
+            view.copy_(src if kind == "cpu" else src.to(dev))
+            outs.append((base.cpu(), view.cpu()))
+        assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1]), (trial, kind, dt)
+    res = []
+    for dev in ("cpu", DEV):
+        b = torch.zeros(5, device=dev)
+        b.unfold(0, 2, 1).copy_(torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], device=dev))
+        x = torch.randn(6, 2, generator=torch.Generator().manual_seed(0)).to(dev).requires_grad_()
+        y = x * 1
+        s = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1)).to(dev).requires_grad_()
+        y.unfold(0, 3, 1).copy_(s)
+        (y * torch.arange(12.0).view(6, 2).to(dev)).sum().backward()
+        t = torch.zeros(4, 3, device=dev).t()
+        t.as_strided((3, 3), (2, 1), 1).copy_(torch.arange(9.0).view(3, 3).to(dev))
+        res.append([b.cpu(), y.detach().cpu(), x.grad.cpu(), s.grad.cpu(), t.cpu()])
+    for a, o in zip(*res):
+        assert torch.equal(a, o), (a, o)
+
+
 def test_silu_double_backward_as_eager():
     """silu_backward runs our one-kernel row only when no gradient of it is wanted; second
     derivatives (create_graph=True) take torch's formula. (Differentiating silu_backward itself, which

@@ -65,6 +65,8 @@ void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);
 // A write allowed into overlapping memory (fills): the functional op's result keeps `self`'s
 // layout when its elements overlap (ExpectInplaceResultLayout), else nothing is expected.
 void NoteOverlappingWrite(const at::Tensor& self);
+// Whether two elements of a tensor of these sizes and strides share a memory location.
+bool ElementsOverlap(at::IntArrayRef sizes, at::IntArrayRef strides);
 // Writes into a view whose elements overlap (allowed for fills and copies): the functional op that
 // functionalization runs next gets `self`'s layout (an overlapping view keeps reporting it).
 void ExpectInplaceResultLayout(const at::Tensor& self);

@@ -691,6 +691,8 @@ void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>
 
 }  // namespace
 
+bool ElementsOverlap(at::IntArrayRef sizes, at::IntArrayRef strides) { return Overlaps(sizes, strides); }
+
 void NoteOverlappingWrite(const at::Tensor& self) {
   ClearInplaceResultLayout();
   if (!self.is_non_overlapping_and_dense() && Overlaps(self.sizes(), self.strides())) ExpectInplaceResultLayout(self);

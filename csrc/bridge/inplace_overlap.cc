@@ -15,6 +15,8 @@
 // non-overlapping, same storage, byte ranges), then does exactly what the generated kernel did.
 // Tensors of other devices pay one more call (TXLA_INPLACE_OVERLAP_CHECK=0 turns it off).
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Operators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -132,6 +134,54 @@ struct Checked<Op, Full, at::Tensor&(at::Tensor&, Args...)> {
   }
 };
 
+// copy_ into a view whose elements overlap (unfold with step < size, as_strided): eager writes the
+// source element after element in its TensorIterator's order, and a memory location covered twice
+// keeps the value written last. Functionalization sees only the view's new value, so the reverse of
+// the view could not tell which write came last (it took the last changed element in row-major
+// order: `b.unfold(0, 2, 1).copy_(src)` left 1 where eager leaves 0, fuzz seed 70569). Here the
+// order is eager's own: the same TensorIterator (an add into a CPU index buffer laid out as `self`,
+// with `src`'s strides for its operand) says which source element lands on each location, and the
+// copy becomes an index_put_ of those elements into a flat view of the storage (unique positions).
+bool CopyIntoOverlappingView(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_non_overlapping_and_dense() || !ElementsOverlap(self.sizes(), self.strides())) return false;
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) return false;  // eager's own error follows
+  if (!src.defined() || src.is_complex() != self.is_complex()) return false;
+  if (!at::is_expandable_to(src.sizes(), self.sizes())) return false;  // eager's error follows
+  int64_t extent = self.storage_offset() + 1;
+  for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
+  const auto lopt = at::TensorOptions().dtype(at::kLong);
+  at::Tensor written = at::full({extent}, -1, lopt);
+  at::Tensor window = written.as_strided(self.sizes(), self.strides(), self.storage_offset());
+  at::Tensor order = at::empty_strided(src.sizes(), src.strides(), lopt).zero_().expand(self.sizes());
+  at::add_out(window, order, at::arange(self.numel(), lopt).view(self.sizes()));
+  at::Tensor pos = at::nonzero(written.ge(0)).view({-1});
+  at::Tensor which = written.index_select(0, pos);
+  at::Tensor vals = src.to(self.device(), self.scalar_type()).expand(self.sizes()).reshape({-1});
+  vals = vals.index_select(0, which.to(self.device()));
+  at::Tensor flat = self.as_strided({extent}, {1}, 0);
+  c10::List<std::optional<at::Tensor>> index;
+  index.push_back(pos.to(self.device()));
+  flat.index_put_(index, vals);
+  return true;
+}
+
+at::Tensor& CopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (self.device().type() == c10::DeviceType::XLA) {
+    CheckArg<false>(self, src);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    if (CopyIntoOverlappingView(self, src)) {
+      torch::autograd::impl::bump_version(self);
+      return self;
+    }
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::_ops::copy_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, src, non_blocking);
+  }
+  torch::autograd::impl::bump_version(self);
+  return self;
+}
+
 }  // namespace
 
 void RegisterInplaceOverlapChecks() {
@@ -166,7 +216,7 @@ void RegisterInplaceOverlapChecks() {
     lib->impl(key.c_str(), TORCH_FN((Checked<at::_ops::OP, FULL>::fn)));                          \
   }
   TXLA_OVERLAP(add__Tensor, false) TXLA_OVERLAP(sub__Tensor, false) TXLA_OVERLAP(mul__Tensor, false)
-  TXLA_OVERLAP(div__Tensor, false) TXLA_OVERLAP(div__Tensor_mode, false) TXLA_OVERLAP(copy_, false)
+  TXLA_OVERLAP(div__Tensor, false) TXLA_OVERLAP(div__Tensor_mode, false)
   TXLA_OVERLAP(pow__Tensor, false) TXLA_OVERLAP(atan2_, false) TXLA_OVERLAP(fmod__Tensor, false)
   TXLA_OVERLAP(remainder__Tensor, false) TXLA_OVERLAP(lerp__Scalar, false) TXLA_OVERLAP(lerp__Tensor, false)
   TXLA_OVERLAP(addcmul_, false) TXLA_OVERLAP(addcdiv_, false) TXLA_OVERLAP(clamp__Tensor, false)
@@ -188,6 +238,7 @@ void RegisterInplaceOverlapChecks() {
   TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_put_, true) TXLA_OVERLAP(index_reduce_, true)
   TXLA_OVERLAP(_index_put_impl_, true)
 #undef TXLA_OVERLAP
+  if (has(at::_ops::copy_::name, at::_ops::copy_::overload_name)) lib->impl("copy_", TORCH_FN(CopyInplaceChecked));
 }
 
 }  // namespace txla::bridge

@@ -217,6 +217,166 @@ Value AvgDivisor(const Value& x, const PoolGeom& g, int nsp, bool count_include_
   return ir::ReduceWindow(ir::ReduceKind::kSum, base, ir::Constant(0, t), win, str, ones, ones, pad);
 }
 
+// bf16/f16 avg pooling's gradient as eager's CPU kernel computes it: each output's share
+// dy / divisor (the divisor converted to the dtype) rounded to the dtype, added into the input
+// gradient window by window in output order, each sum rounded. An input element receives its
+// windows' shares in ascending output order, which is descending tap order: the taps are added one
+// by one, each a strided placement of the shares.
+Value AvgPoolBackwardRounded(const Value& dy, const Value& x, const PoolGeom& g, int nsp, const Value& div) {
+  const DType t = x.dtype(), ct = DType::kF32;
+  const int r = x.rank(), lead = r - nsp;
+  auto round = [&](const Value& v) { return Cast(Cast(v, t), ct); };
+  std::vector<int64_t> bd;
+  for (int i = lead; i < r; ++i) bd.push_back(i);
+  Value dv = round(Cast(div, ct));
+  Value share = round(ir::Binary(Op::kDiv, Cast(dy, ct), ir::BroadcastInDim(dv, dy.dims(), bd)));
+  // the frame holds every window position (output o, tap k at o * stride + k) and the padded input
+  std::vector<int64_t> frame = x.dims(), start(r, 0), limit = x.dims(), unit(r, 1);
+  for (int i = lead; i < r; ++i) {
+    const int64_t o = dy.dims()[i], s = g.strides[i], k = g.window[i], plo = g.padding[2 * i];
+    frame[i] = std::max((o - 1) * s + k, plo + x.dims()[i]);
+    start[i] = plo;
+    limit[i] = plo + x.dims()[i];
+  }
+  int64_t taps = 1;
+  for (int i = lead; i < r; ++i) taps *= g.window[i];
+  Value acc = ir::Full(0, ir::Shape(ct, frame));
+  for (int64_t q = taps - 1; q >= 0; --q) {
+    std::vector<int64_t> lo(r, 0), hi(r, 0), interior(r, 0);
+    int64_t rest = q;
+    for (int i = r - 1; i >= lead; --i) {  // tap index, the first spatial dim most significant
+      const int64_t k = rest % g.window[i];
+      rest /= g.window[i];
+      const int64_t o = dy.dims()[i], s = g.strides[i];
+      lo[i] = k;
+      interior[i] = s - 1;
+      hi[i] = frame[i] - ((o - 1) * s + 1) - k;
+    }
+    Value tap = ir::Pad(share, ir::Constant(0, ct), lo, hi, interior);
+    acc = round(ir::Binary(Op::kAdd, acc, tap));
+  }
+  return Cast(ir::Slice(acc, start, limit, unit), t);
+}
+
+// bf16/f16 adaptive average pooling's gradient where windows overlap, as eager's CPU kernel: each
+// output's share dy / (kh * kw) rounded to the dtype, added into its window's inputs in output order
+// (row-major), each sum rounded. Input i of a dim lies in the windows of outputs
+// floor(i*O/I) .. ceil((i+1)*O/I) - 1: the k-th of them is gathered for every input at once.
+Value AdaptiveAvgPool2dBackwardRounded(const Value& dy, const Value& x) {
+  const DType t = x.dtype(), ct = DType::kF32;
+  const int r = x.rank();
+  auto round = [&](const Value& v) { return Cast(Cast(v, t), ct); };
+  struct Dim { int d; int64_t in, out, most; };
+  Dim dims[2];
+  for (int q = 0; q < 2; ++q) {
+    Dim& dm = dims[q];
+    dm.d = r - 2 + q, dm.in = x.dims()[dm.d], dm.out = dy.dims()[dm.d], dm.most = 0;
+    for (int64_t i = 0; i < dm.in; ++i) {
+      const int64_t first = i * dm.out / dm.in, last = ((i + 1) * dm.out + dm.in - 1) / dm.in - 1;
+      dm.most = std::max(dm.most, last - first + 1);
+    }
+  }
+  // shares: window sizes from the window bounds of each output
+  Value size = ir::Full(1, ir::Shape(ct, dy.dims()));
+  for (const Dim& dm : dims) {
+    ir::Shape os(DType::kS64, {dm.out});
+    auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), os); };
+    Value o = ir::Iota(os, 0);
+    Value start = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, o, C(dm.in)), C(dm.out));
+    Value end = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, C(1)), C(dm.in)), C(dm.out - 1)), C(dm.out));
+    Value len = ir::BroadcastInDim(ir::Convert(ir::Binary(Op::kSub, end, start), ct), dy.dims(), {dm.d});
+    size = ir::Binary(Op::kMul, size, len);  // the product of both lengths, exact in float32
+  }
+  Value share = round(ir::Binary(Op::kDiv, Cast(dy, ct), size));
+  // the k-th output whose window holds input i, and whether there is one
+  auto nth = [&](const Dim& dm, int64_t k, Value* valid) {
+    ir::Shape is(DType::kS64, {dm.in});
+    auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), is); };
+    Value i = ir::Iota(is, 0);
+    Value first = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, i, C(dm.out)), C(dm.in));
+    Value last = ir::Binary(Op::kSub, ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, i, C(1)), C(dm.out)), C(dm.in - 1)), C(dm.in)), C(1));
+    Value o = ir::Binary(Op::kAdd, first, C(k));
+    *valid = ir::Compare(CompareDir::kLE, o, last);
+    return ir::Binary(Op::kMin, o, last);
+  };
+  auto gather = [&](const Value& v, int d, const Value& idx, int64_t n) {
+    std::vector<int64_t> slice = v.dims(), offset;
+    slice[d] = 1;
+    for (int q = 0; q < v.rank(); ++q) if (q != d) offset.push_back(q);
+    return ir::Gather(v, ir::Reshape(idx, {n, 1}), offset, {d}, {d}, 1, slice);
+  };
+  Value acc = ir::Full(0, ir::Shape(ct, x.dims()));
+  for (int64_t kh = 0; kh < dims[0].most; ++kh) {
+    Value vh;
+    Value rows = gather(share, dims[0].d, nth(dims[0], kh, &vh), dims[0].in);
+    for (int64_t kw = 0; kw < dims[1].most; ++kw) {
+      Value vw;
+      Value term = gather(rows, dims[1].d, nth(dims[1], kw, &vw), dims[1].in);
+      Value valid = ir::Binary(Op::kAnd, ir::BroadcastInDim(vh, x.dims(), {dims[0].d}),
+                               ir::BroadcastInDim(vw, x.dims(), {dims[1].d}));
+      acc = round(ir::Binary(Op::kAdd, acc, ir::Select(valid, term, ir::Full(0, term.shape()))));
+    }
+  }
+  return Cast(acc, t);
+}
+
+// The largest window of adaptive pooling from `in` to `out` along one dim.
+int64_t AdaptiveTaps(int64_t in, int64_t out) {
+  int64_t taps = 0;
+  for (int64_t o = 0; o < out; ++o) taps = std::max(taps, ((o + 1) * in + out - 1) / out - (o * in) / out);
+  return taps;
+}
+
+// Adaptive average pooling as eager's CPU kernel computes it: each window's elements summed one by
+// one in row-major order (float32 for bf16/f16), then divided by its height, then by its width
+// (behind a barrier: XLA would multiply by constant reciprocals). Tap (i, j) of every window is
+// gathered for all outputs at once; taps past a window's end add nothing.
+Value AdaptiveAvgPool2dSequential(const Value& x, int64_t oh, int64_t ow) {
+  const int r = x.rank();
+  const DType t = x.dtype(), ct = t == DType::kF64 ? DType::kF64 : DType::kF32;
+  struct Win { Value start, end, len; int64_t taps; };
+  auto win = [&](int64_t in, int64_t out) {
+    ir::Shape os(DType::kS64, {out});
+    auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), os); };
+    Value o = ir::Iota(os, 0);
+    Win w;
+    w.start = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, o, C(in)), C(out));
+    w.end = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, C(1)), C(in)), C(out - 1)), C(out));
+    w.len = ir::OptimizationBarrier({ir::Convert(ir::Binary(Op::kSub, w.end, w.start), ct)})[0];
+    w.taps = AdaptiveTaps(in, out);
+    return w;
+  };
+  const int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
+  Win wh = win(h, oh), ww = win(w, ow);
+  auto gather = [&](const Value& v, int d, const Value& idx, int64_t n) {
+    std::vector<int64_t> slice = v.dims(), offset;
+    slice[d] = 1;
+    for (int q = 0; q < v.rank(); ++q) if (q != d) offset.push_back(q);
+    return ir::Gather(v, ir::Reshape(idx, {n, 1}), offset, {d}, {d}, 1, slice);
+  };
+  auto tap = [&](const Win& wd, int64_t k, int64_t in, Value* valid) {
+    Value pos = ir::Binary(ir::Op::kAdd, wd.start, ir::Full(static_cast<double>(k), wd.start.shape()));
+    *valid = ir::Compare(CompareDir::kLT, pos, wd.end);
+    return ir::Binary(Op::kMin, pos, ir::Full(static_cast<double>(in - 1), pos.shape()));
+  };
+  std::vector<int64_t> od = x.dims();
+  od[r - 2] = oh, od[r - 1] = ow;
+  Value xc = Cast(x, ct), acc = ir::Full(0, ir::Shape(ct, od));
+  for (int64_t i = 0; i < wh.taps; ++i) {
+    Value vh;
+    Value rows = gather(xc, r - 2, tap(wh, i, h, &vh), oh);
+    for (int64_t j = 0; j < ww.taps; ++j) {
+      Value vw;
+      Value term = gather(rows, r - 1, tap(ww, j, w, &vw), ow);
+      Value valid = ir::Binary(Op::kAnd, ir::BroadcastInDim(vh, od, {r - 2}), ir::BroadcastInDim(vw, od, {r - 1}));
+      acc = ir::Binary(Op::kAdd, acc, ir::Select(valid, term, ir::Full(0, term.shape())));
+    }
+  }
+  acc = ir::Binary(Op::kDiv, acc, ir::BroadcastInDim(wh.len, od, {r - 2}));
+  acc = ir::Binary(Op::kDiv, acc, ir::BroadcastInDim(ww.len, od, {r - 1}));
+  return Cast(acc, t);
+}
+
 // [O, I] averaging matrix of adaptive pooling: row o averages [floor(o*I/O), ceil((o+1)*I/O)).
 Value AdaptiveMatrix(int64_t out, int64_t in, DType t) {
   ir::Shape is(DType::kS64, {out, in});
@@ -710,7 +870,9 @@ void AddConvRows(std::vector<OpRow>& rows) {
       Value xc = Cast(x, ct);
       std::vector<int64_t> ones(x.rank(), 1);
       Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, xc, ir::Constant(0, ct), g.window, g.strides, ones, ones, g.padding);
-      Value div = AvgDivisor(x, g, nsp, a.Bool(5), a.OptInt(6), ct);
+      // behind a barrier: XLA would turn the division by a constant divisor into a multiplication
+      // by its reciprocal (not eager's correctly rounded quotient)
+      Value div = ir::OptimizationBarrier({AvgDivisor(x, g, nsp, a.Bool(5), a.OptInt(6), ct)})[0];
       std::vector<int64_t> bd;
       for (int i = x.rank() - nsp; i < x.rank(); ++i) bd.push_back(i);
       return {Cast(ir::Binary(Op::kDiv, sums, ir::BroadcastInDim(div, sums.dims(), bd)), x.dtype())};
@@ -724,6 +886,11 @@ void AddConvRows(std::vector<OpRow>& rows) {
       std::vector<int64_t> bd;
       for (int i = r - nsp; i < r; ++i) bd.push_back(i);
       Value gd = ir::Binary(Op::kDiv, Cast(dy, ct), ir::BroadcastInDim(div, dy.dims(), bd));
+      int64_t taps = 1;
+      for (int i = r - nsp; i < r; ++i) taps *= g.window[i];
+      if ((x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) && taps <= 64 && x.shape().numel() > 0) {
+        return {AvgPoolBackwardRounded(dy, x, g, nsp, div)};
+      }
       // Spread each window's share back: dilate by the stride, slide a window of the kernel size.
       std::vector<int64_t> base(r, 1), ones(r, 1), pad(2 * r, 0);
       std::vector<int64_t> limit = x.dims(), start(r, 0), strides1(r, 1);
@@ -753,6 +920,9 @@ void AddConvRows(std::vector<OpRow>& rows) {
     int r = x.rank();
     DType ct = AccType(x.dtype());
     int64_t h = x.dims()[r - 2], w = x.dims()[r - 1];
+    if (os[0] > 0 && os[1] > 0 && h > 0 && w > 0 && AdaptiveTaps(h, os[0]) * AdaptiveTaps(w, os[1]) <= 64) {
+      return {AdaptiveAvgPool2dSequential(x, os[0], os[1])};
+    }
     if (os[0] > 0 && os[1] > 0 && h % os[0] == 0 && w % os[1] == 0) {
       // Equal windows: windowed sums (a 0/1 matrix product would turn inf into NaN).
       int64_t kh = h / os[0], kw = w / os[1];
@@ -760,12 +930,14 @@ void AddConvRows(std::vector<OpRow>& rows) {
       win[r - 2] = kh;
       win[r - 1] = kw;
       Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, Cast(x, ct), ir::Constant(0, ct), win, win, ones, ones, pad);
-      return {Cast(ir::Binary(Op::kDiv, sums, ir::Full(static_cast<double>(kh * kw), sums.shape())), x.dtype())};
+      Value n = ir::OptimizationBarrier({ir::Constant(static_cast<double>(kh * kw), ct)})[0];  // see avg_pool
+      return {Cast(ir::Binary(Op::kDiv, sums, ir::BroadcastInDim(n, sums.dims(), {})), x.dtype())};
     }
     if (os[0] == 0 || os[1] == 0 || h == 0 || w == 0) {
       Value ah = AdaptiveMatrix(os[0], x.dims()[r - 2], ct), aw = AdaptiveMatrix(os[1], x.dims()[r - 1], ct);
       return {Cast(ResampleLast2(Cast(x, ct), ah, aw), x.dtype())};
     }
+    if (AdaptiveTaps(h, os[0]) * AdaptiveTaps(w, os[1]) <= 64) return {AdaptiveAvgPool2dSequential(x, os[0], os[1])};
     // Unequal windows: sums over the window of each dim in turn, then the mean over the 2-D window.
     Value xc = Cast(x, ct);
     Value y = AdaptiveAvg1d(AdaptiveAvg1d(xc, r - 2, os[0]), r - 1, os[1]);
@@ -775,6 +947,10 @@ void AddConvRows(std::vector<OpRow>& rows) {
     Value dy = a.V(0), x = a.V(1);
     int r = x.rank();
     DType ct = AccType(x.dtype());
+    if ((x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) && x.shape().numel() > 0 && dy.shape().numel() > 0 &&
+        (x.dims()[r - 2] % dy.dims()[r - 2] != 0 || x.dims()[r - 1] % dy.dims()[r - 1] != 0)) {
+      return {AdaptiveAvgPool2dBackwardRounded(dy, x)};  // overlapping windows: eager's order of rounded sums
+    }
     Value ah = AdaptiveMatrix(dy.dims()[r - 2], x.dims()[r - 2], ct);
     Value aw = AdaptiveMatrix(dy.dims()[r - 1], x.dims()[r - 1], ct);
     Value aht = ir::Transpose(ah, {1, 0}), awt = ir::Transpose(aw, {1, 0});

@@ -135,7 +135,9 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     // rounded sum by the count in the reduced dtype was off, and 333 is 332 in bfloat16)
     DType acc = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
     Value s = SumDims(x, dims, keepdim, acc);
-    return Cast(ir::Binary(Op::kDiv, s, ir::Full(static_cast<double>(count), s.shape())), t);
+    // the count as a device scalar, not a constant: XLA rewrites a division by a constant into a
+    // multiplication by its reciprocal, which is not eager's correctly rounded sum / count
+    return Cast(Bin(Op::kDiv, s, ScalarV(static_cast<double>(count), acc, a.device)), t);
   };
   rows.push_back({"mean", [mean](OpArgs& a) -> V {
     Value x = a.V(0);
