@@ -2171,7 +2171,7 @@ def test_copy_into_overlapping_view_as_eager():
     """copy_ into a view whose elements overlap (unfold with step < size, as_strided): a location
     covered twice keeps the element eager's TensorIterator writes last; ours took the last changed
     element in row-major order (fuzz seed 70569: b.unfold(0, 2, 1).copy_(src) left 1 where eager
-    leaves 0)."""
+    leaves 0). index_put_ and masked_scatter_ into such views too."""
     import random
     rng = random.Random(1)
     for trial in range(40):
@@ -2209,7 +2209,19 @@ def test_copy_into_overlapping_view_as_eager():
         (y * torch.arange(12.0).view(6, 2).to(dev)).sum().backward()
         t = torch.zeros(4, 3, device=dev).t()
         t.as_strided((3, 3), (2, 1), 1).copy_(torch.arange(9.0).view(3, 3).to(dev))
-        res.append([b.cpu(), y.detach().cpu(), x.grad.cpu(), s.grad.cpu(), t.cpu()])
+        # index_put_ (v[idx] = vals, masks too) and masked_scatter_ replay eager's order as well
+        writes = []
+        mask = torch.tensor([[True, True], [True, False], [False, False], [False, False]], device=dev)
+        for f in (lambda v: v.__setitem__(torch.tensor([0, 1], device=dev), torch.tensor([[0.0, 1.0], [0.0, 0.0]], device=dev)),
+                  lambda v: v.__setitem__(mask, torch.tensor([0.0, 1.0, 0.0], device=dev)),
+                  lambda v: v.masked_scatter_(mask, torch.tensor([0.0, 1.0, 0.0], device=dev))):
+            w = torch.zeros(5, device=dev)
+            f(w.unfold(0, 2, 1))
+            writes.append(w.cpu())
+        w = torch.zeros(6, 2, device=dev)
+        w.unfold(0, 3, 1)[torch.tensor([2, 0, 2], device=dev)] = torch.arange(6.0).view(2, 3).to(dev)
+        writes.append(w.cpu())
+        res.append([b.cpu(), y.detach().cpu(), x.grad.cpu(), s.grad.cpu(), t.cpu()] + writes)
     for a, o in zip(*res):
         assert torch.equal(a, o), (a, o)
 

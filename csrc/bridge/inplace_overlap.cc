@@ -24,6 +24,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -142,26 +143,57 @@ struct Checked<Op, Full, at::Tensor&(at::Tensor&, Args...)> {
 // order is eager's own: the same TensorIterator (an add into a CPU index buffer laid out as `self`,
 // with `src`'s strides for its operand) says which source element lands on each location, and the
 // copy becomes an index_put_ of those elements into a flat view of the storage (unique positions).
-bool CopyIntoOverlappingView(at::Tensor& self, const at::Tensor& src) {
-  if (self.is_non_overlapping_and_dense() || !ElementsOverlap(self.sizes(), self.strides())) return false;
-  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) return false;  // eager's own error follows
-  if (!src.defined() || src.is_complex() != self.is_complex()) return false;
-  if (!at::is_expandable_to(src.sizes(), self.sizes())) return false;  // eager's error follows
+bool OverlappingView(const at::Tensor& self) {
+  return !self.is_non_overlapping_and_dense() && ElementsOverlap(self.sizes(), self.strides()) &&
+         at::has_internal_overlap(self) != at::MemOverlap::Yes;  // stride 0: eager's own error follows
+}
+
+// Writes `source`'s elements into `self`'s storage as `replay` (the op, run by eager on CPU index
+// buffers: `window` laid out as self, `ids` holding each source element's row-major index) says
+// they land: per location, the element written last. One index_put_ into a flat view of the
+// storage, at unique positions.
+void WriteAsReplayed(at::Tensor& self, const at::Tensor& source, const at::Tensor& ids_layout,
+                     const std::function<void(at::Tensor&, const at::Tensor&)>& replay) {
   int64_t extent = self.storage_offset() + 1;
   for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
   const auto lopt = at::TensorOptions().dtype(at::kLong);
   at::Tensor written = at::full({extent}, -1, lopt);
   at::Tensor window = written.as_strided(self.sizes(), self.strides(), self.storage_offset());
-  at::Tensor order = at::empty_strided(src.sizes(), src.strides(), lopt).zero_().expand(self.sizes());
-  at::add_out(window, order, at::arange(self.numel(), lopt).view(self.sizes()));
+  replay(window, ids_layout);
   at::Tensor pos = at::nonzero(written.ge(0)).view({-1});
   at::Tensor which = written.index_select(0, pos);
-  at::Tensor vals = src.to(self.device(), self.scalar_type()).expand(self.sizes()).reshape({-1});
-  vals = vals.index_select(0, which.to(self.device()));
+  at::Tensor vals = source.to(self.device(), self.scalar_type()).reshape({-1}).index_select(0, which.to(self.device()));
   at::Tensor flat = self.as_strided({extent}, {1}, 0);
   c10::List<std::optional<at::Tensor>> index;
   index.push_back(pos.to(self.device()));
   flat.index_put_(index, vals);
+}
+
+// The source's element ids (row-major), laid out with its strides where it has its own elements
+// (the strides decide TensorIterator's order), else contiguous.
+at::Tensor SourceIds(const at::Tensor& source) {
+  const auto lopt = at::TensorOptions().dtype(at::kLong);
+  at::Tensor ids = at::arange(source.numel(), lopt).view(source.sizes());
+  if (!source.is_non_overlapping_and_dense()) return ids;
+  return at::empty_strided(source.sizes(), source.strides(), lopt).copy_(ids);
+}
+
+// copy_ into a view whose elements overlap (unfold with step < size, as_strided): eager writes the
+// source element after element in its TensorIterator's order, and a memory location covered twice
+// keeps the value written last. Functionalization sees only the view's new value, so the reverse of
+// the view could not tell which write came last (it took the last changed element in row-major
+// order: `b.unfold(0, 2, 1).copy_(src)` left 1 where eager leaves 0, fuzz seed 70569). Here the
+// order is eager's own: the same TensorIterator (an add into a CPU index buffer laid out as `self`,
+// zeros with `src`'s strides as one operand, the view's element ids as the other) says which element
+// lands on each location. index_put_ and masked_scatter_ into such views likewise replay the op.
+bool CopyIntoOverlappingView(at::Tensor& self, const at::Tensor& src) {
+  if (!OverlappingView(self) || !src.defined() || src.is_complex() != self.is_complex()) return false;
+  if (!at::is_expandable_to(src.sizes(), self.sizes())) return false;  // eager's error follows
+  const auto lopt = at::TensorOptions().dtype(at::kLong);
+  at::Tensor order = at::empty_strided(src.sizes(), src.strides(), lopt).zero_().expand(self.sizes());
+  WriteAsReplayed(self, src.expand(self.sizes()), order, [&](at::Tensor& window, const at::Tensor& zeros) {
+    at::add_out(window, zeros, at::arange(self.numel(), lopt).view(self.sizes()));
+  });
   return true;
 }
 
@@ -177,6 +209,54 @@ at::Tensor& CopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const a
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     at::_ops::copy_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, src, non_blocking);
+  }
+  torch::autograd::impl::bump_version(self);
+  return self;
+}
+
+at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
+                                   const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
+                                   bool accumulate) {
+  if (self.device().type() == c10::DeviceType::XLA) {
+    CheckArg<true>(self, indices);
+    CheckArg<true>(self, values);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    if (!accumulate && OverlappingView(self) && values.defined() && values.is_complex() == self.is_complex()) {
+      c10::List<std::optional<at::Tensor>> cpu;
+      for (const std::optional<at::Tensor> t : indices) {
+        cpu.push_back(t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::nullopt);
+      }
+      WriteAsReplayed(self, values, SourceIds(values), [&](at::Tensor& window, const at::Tensor& ids) {
+        window.index_put_(cpu, ids, false);
+      });
+      torch::autograd::impl::bump_version(self);
+      return self;
+    }
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::_ops::index_put_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, indices, values, accumulate);
+  }
+  torch::autograd::impl::bump_version(self);
+  return self;
+}
+
+at::Tensor& MaskedScatterInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& mask,
+                                        const at::Tensor& source) {
+  if (self.device().type() == c10::DeviceType::XLA && OverlappingView(self) && source.defined() &&
+      source.is_complex() == self.is_complex() && mask.scalar_type() == at::kBool &&
+      at::is_expandable_to(mask.sizes(), self.sizes())) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::Tensor m = mask.cpu();
+    WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
+      window.masked_scatter_(m, ids);
+    });
+    torch::autograd::impl::bump_version(self);
+    return self;
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::_ops::masked_scatter_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, mask, source);
   }
   torch::autograd::impl::bump_version(self);
   return self;
@@ -235,10 +315,17 @@ void RegisterInplaceOverlapChecks() {
   // Index and scatter ops: eager's assert_no_overlap (an operand equal to self raises as well).
   TXLA_OVERLAP(index_add_, true) TXLA_OVERLAP(index_copy_, true) TXLA_OVERLAP(scatter__src, true)
   TXLA_OVERLAP(scatter__reduce, true) TXLA_OVERLAP(scatter_add_, true) TXLA_OVERLAP(scatter_reduce__two, true)
-  TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_put_, true) TXLA_OVERLAP(index_reduce_, true)
+  TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_reduce_, true)
   TXLA_OVERLAP(_index_put_impl_, true)
 #undef TXLA_OVERLAP
+  // With a write into a view whose elements overlap in eager's order (CopyIntoOverlappingView).
   if (has(at::_ops::copy_::name, at::_ops::copy_::overload_name)) lib->impl("copy_", TORCH_FN(CopyInplaceChecked));
+  if (has(at::_ops::index_put_::name, at::_ops::index_put_::overload_name)) {
+    lib->impl("index_put_", TORCH_FN(IndexPutInplaceChecked));
+  }
+  if (has(at::_ops::masked_scatter_::name, at::_ops::masked_scatter_::overload_name)) {
+    lib->impl("masked_scatter_", TORCH_FN(MaskedScatterInplaceChecked));
+  }
 }
 
 }  // namespace txla::bridge
