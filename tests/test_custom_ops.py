@@ -125,3 +125,40 @@ def test_custom_op_defined_before_import_and_user_xla_kernel():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PJRT_DEVICE="CPU"))
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+@torch.library.custom_op("txla_test::kv_update", mutates_args=("cache",))
+def _kv_update(cache: torch.Tensor, new: torch.Tensor, pos: int) -> None:
+    cache[:, pos:pos + new.shape[1]].copy_(new)
+
+
+@torch.library.custom_op("txla_test::scale_both", mutates_args=("a", "b"))
+def _scale_both(a: torch.Tensor, b: torch.Tensor, s: float) -> torch.Tensor:
+    a.mul_(s)
+    b.add_(1)
+    return a + b
+
+
+def test_mutating_custom_op_as_eager():
+    """A composite custom op that writes its arguments in place (`mutates_args=...`): functionalization's
+    fallback refused it on XLA tensors ("Found a custom (non-ATen) operator whose output has alias
+    annotations"); an AutogradXLA kernel runs its composite on the functional tensors, below autograd
+    as eager's kernel for an op without an autograd formula: values, views of the written tensors and
+    a written view's base as eager, and gradients of the surrounding ops as eager's (the write itself
+    is not recorded, as eager)."""
+    res = []
+    for dev in ("cpu", DEV):
+        cache = torch.zeros(2, 6, device=dev)
+        row = cache[1]
+        _kv_update(cache, torch.arange(4.0, device=dev).view(2, 2), 3)
+        a, b = torch.ones(3, device=dev), torch.zeros(3, device=dev)
+        r = _scale_both(a, b, 3.0)
+        base = torch.arange(4.0, device=dev)
+        _scale_both(base[1:3], torch.zeros(2, device=dev), 2.0)
+        x = torch.arange(3.0, device=dev).requires_grad_()
+        y = x * 2
+        _scale_both(y, torch.zeros(3, device=dev), 5.0)
+        (y * x).sum().backward()
+        res.append([t.detach().cpu() for t in (cache, row, a, b, r, base, y, x.grad)])
+    for e, o in zip(*res):
+        assert torch.equal(e, o), (e, o)

@@ -2226,6 +2226,18 @@ def test_copy_into_overlapping_view_as_eager():
         assert torch.equal(a, o), (a, o)
 
 
+def test_vector_norm_of_one_element_as_eager():
+    """A norm over a single element is |x| in eager for every p but 0 (no power, no root), where the
+    power and root over- or underflow: norm(2) of [1e30] was inf here (fuzz seed 73232)."""
+    x = torch.tensor([[1e30], [1e-30], [3.0], [float("nan")], [-0.0]])
+    for dt in (torch.float32, torch.bfloat16, torch.float64):
+        for p in (0, 1, 2, 3, -1, -2, 0.5, float("inf"), -float("inf")):
+            for f in (lambda t: torch.linalg.vector_norm(t, p, dim=1), lambda t: torch.linalg.vector_norm(t[:1], p),
+                      lambda t: t[:1].norm(p), lambda t: torch._foreach_norm([t[:1, 0]], p)[0]):
+                want, got = f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()
+                assert torch.equal(want.nan_to_num(7), got.nan_to_num(7)), (dt, p, want, got)
+
+
 def test_silu_double_backward_as_eager():
     """silu_backward runs our one-kernel row only when no gradient of it is wanted; second
     derivatives (create_graph=True) take torch's formula. (Differentiating silu_backward itself, which

@@ -763,6 +763,19 @@ void FunctionalizedComposite(const c10::OperatorHandle& op, torch::jit::Stack* s
     return fimpl::from_functional_tensor(t);
   });
 }
+
+// A composite custom op that writes its arguments in place (`torch.library.custom_op(...,
+// mutates_args=...)`): functionalization's fallback refuses every non-aten op with alias annotations
+// ("Found a custom (non-ATen) operator whose output has alias annotations"), so on XLA tensors such
+// an op could not run at all. This kernel, registered for AutogradXLA, runs its composite (the Python
+// function) on the functional tensors themselves, below autograd as eager's kernel for an op without
+// an autograd formula does (the writes are not recorded for autograd; an autograd formula registered
+// for a mutating op is not used on XLA): each aten op inside it is functionalized, its in-place writes
+// included.
+void MutableComposite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::AutoDispatchBelowAutograd guard;
+  op.redispatchBoxed(c10::DispatchKeySet(kCompositeProbeKey), stack);
+}
 }  // namespace
 
 bool FunctionalizeCompositeForXla(const std::string& qualname) {
@@ -779,9 +792,15 @@ bool FunctionalizeCompositeForXla(const std::string& qualname) {
     return false;
   }
   const auto& schema = h->schema();
-  bool has_tensor = false;
+  bool has_tensor = false, mutates = false;
+  for (const auto& r : schema.returns()) {
+    if (r.alias_info() != nullptr) return false;  // views and out= returns: not ours to handle
+  }
   for (const auto& a : schema.arguments()) {
-    if (a.alias_info() != nullptr) return false;  // mutable or view-like arguments: not an out-of-place op
+    if (a.alias_info() != nullptr) {
+      if (!a.alias_info()->isWrite()) return false;  // view-like arguments
+      mutates = true;
+    }
     auto t = a.type();
     if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
     if (t->kind() == c10::TypeKind::TensorType) has_tensor = true;
@@ -791,10 +810,17 @@ bool FunctionalizeCompositeForXla(const std::string& qualname) {
       if (e->kind() == c10::TypeKind::TensorType) has_tensor = true;
     }
   }
-  for (const auto& r : schema.returns()) {
-    if (r.alias_info() != nullptr) return false;
-  }
   if (!has_tensor) return false;
+  if (mutates) {
+    if (h->hasKernelForDispatchKey(c10::DispatchKey::AutogradXLA)) return false;
+    static auto* mlibs = new std::map<std::string, std::unique_ptr<torch::Library>>();
+    auto& mlib = (*mlibs)[ns];
+    if (!mlib) {
+      mlib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::AutogradXLA, __FILE__, __LINE__);
+    }
+    mlib->impl(rest.c_str(), torch::CppFunction::makeFromBoxedFunction<&MutableComposite>());
+    return true;
+  }
   static auto* libs = new std::map<std::string, std::unique_ptr<torch::Library>>();
   auto& lib = (*libs)[ns];
   if (!lib) lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::XLA, __FILE__, __LINE__);

@@ -593,8 +593,14 @@ Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int
   t = OpMath(t);
   Value xc = ir::Unary(Op::kAbs, Cast(x, t));
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
+  int64_t count = 1;
+  for (int64_t d : dims) count *= x.dims()[d];
   Value r;
-  if (std::isinf(ord)) {
+  if (count == 1 && ord != 0) {
+    // one element per norm: eager gives |x| itself, where |x|^p and its p-th root over- or
+    // underflow (norm(2) of [1e30] is 1e30, not inf; fuzz seed 73232)
+    r = ir::Reduce(ir::ReduceKind::kSum, xc, dims);
+  } else if (std::isinf(ord)) {
     r = ir::Reduce(ord > 0 ? ir::ReduceKind::kMax : ir::ReduceKind::kMin, xc, dims);
   } else if (ord == 0) {
     r = ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, xc, ir::Full(0, xc.shape())), t), dims);
