@@ -2238,6 +2238,30 @@ def test_vector_norm_of_one_element_as_eager():
                 assert torch.equal(want.nan_to_num(7), got.nan_to_num(7)), (dt, p, want, got)
 
 
+def test_forward_mode_ad_as_eager():
+    """Forward-mode AD (forward_ad.make_dual, torch.func.jvp / jacfwd / hessian) raised "Cannot access
+    storage of TensorImpl" on XLA tensors: autograd compares a tangent's layout with its primal's
+    through _has_same_storage_numel, whose composite reads storage sizes."""
+    import torch.autograd.forward_ad as fwAD
+    import torch.func as tf
+    res = []
+    for dev in ("cpu", DEV):
+        x, t = torch.linspace(-1, 1, 5).to(dev), torch.linspace(0.5, 2, 5).to(dev)
+        out = []
+        with fwAD.dual_level():
+            dx = fwAD.make_dual(x, t)
+            y = (dx.sin() * dx).exp().sum() + dx[1:3].pow(2).sum()
+            out += list(fwAD.unpack_dual(y))
+            torch.manual_seed(0)
+            m = torch.nn.Linear(5, 3).to(dev)
+            out += list(fwAD.unpack_dual(m(dx.unsqueeze(0)).relu()))
+        out += list(tf.jvp(lambda a: a.sin() * 2, (x,), (t,)))
+        out += [tf.jacfwd(lambda a: a.sin() * a.sum())(x), tf.hessian(lambda a: (a ** 3).sum())(x)]
+        res.append([o.detach().cpu() for o in out])
+    for a, b in zip(*res):
+        torch.testing.assert_close(b, a)
+
+
 def test_silu_double_backward_as_eager():
     """silu_backward runs our one-kernel row only when no gradient of it is wanted; second
     derivatives (create_graph=True) take torch's formula. (Differentiating silu_backward itself, which

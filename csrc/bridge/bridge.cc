@@ -996,6 +996,12 @@ at::Tensor LiftFresh(const at::Tensor& self) {
   return at::functionalization::impl::to_functional_tensor(self);
 }
 
+// Forward-mode AD (forward_ad.make_dual, torch.func.jvp/jacfwd/hessian) compares a tangent's layout
+// with its primal's (autograd's has_same_meta), reading both storages' sizes, which an XLA tensor
+// does not have ("Cannot access storage of TensorImpl"); functionalization hands us the values, each
+// its own storage.
+bool HasSameStorageNumel(const at::Tensor& self, const at::Tensor& other) { return self.numel() == other.numel(); }
+
 at::Scalar LocalScalarDense(const at::Tensor& self) {
   auto x = TryGetXla(self);
   TORCH_CHECK(x, "_local_scalar_dense: expected an XLA tensor");
@@ -1183,7 +1189,8 @@ void RegisterKernels() {
   auto& dispatcher = c10::Dispatcher::singleton();
   // Kernels of our own, not rows: never overridden by a row variant.
   std::set<std::string> registered = {"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy",
-                                      "_local_scalar_dense", "_fused_sdp_choice", "lift_fresh"};
+                                      "_local_scalar_dense", "_fused_sdp_choice", "lift_fresh",
+                                      "_has_same_storage_numel"};
   for (const auto& row : ops::OpTable()) {
     std::string name = row.aten, overload;
     auto dot = name.find('.');
@@ -1242,6 +1249,7 @@ void RegisterKernels() {
   lib->impl("_local_scalar_dense", TORCH_FN(LocalScalarDense));
   lib->impl("_fused_sdp_choice", TORCH_FN(FusedSdpChoice));
   lib->impl("lift_fresh", TORCH_FN(LiftFresh));
+  lib->impl("_has_same_storage_numel", TORCH_FN(HasSameStorageNumel));
   // CompositeExplicitAutograd kernels that build their result through views and in-place writes run
   // below functionalization on our tensors; their views would reach the CPU fallback (a view cannot
   // fall back correctly). Run them under functionalization instead.
