@@ -2233,7 +2233,9 @@ def test_vector_norm_of_one_element_as_eager():
     for dt in (torch.float32, torch.bfloat16, torch.float64):
         for p in (0, 1, 2, 3, -1, -2, 0.5, float("inf"), -float("inf")):
             for f in (lambda t: torch.linalg.vector_norm(t, p, dim=1), lambda t: torch.linalg.vector_norm(t[:1], p),
-                      lambda t: t[:1].norm(p), lambda t: torch._foreach_norm([t[:1, 0]], p)[0]):
+                      lambda t: t[:1].norm(p), lambda t: torch._foreach_norm([t[:1, 0]], p)[0],
+                      lambda t: t[0, 0].norm(p), lambda t: torch.linalg.vector_norm(t[2, 0], p, dim=0),
+                      lambda t: torch.nn.functional.normalize(t[2, 0], dim=0)):
                 want, got = f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()
                 assert torch.equal(want.nan_to_num(7), got.nan_to_num(7)), (dt, p, want, got)
 

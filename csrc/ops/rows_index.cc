@@ -593,10 +593,14 @@ Value VectorNorm(const Value& x, double ord, const std::optional<std::vector<int
   t = OpMath(t);
   Value xc = ir::Unary(Op::kAbs, Cast(x, t));
   std::vector<int64_t> dims = (!dims_opt || dims_opt->empty()) ? AllDims(x.rank()) : ir::NormalizeDims(*dims_opt, x.rank());
-  int64_t count = 1;
-  for (int64_t d : dims) count *= x.dims()[d];
+  // Eager's is_reduce_over_1D_vector: every reduced dim has size 1 (a 0-dim tensor only when no dim
+  // is given), so each norm is over one element.
+  bool one_element = x.rank() > 0 || !dims_opt || dims_opt->empty();
+  if (x.rank() > 0) {
+    for (int64_t d : dims) one_element = one_element && x.dims()[d] == 1;
+  }
   Value r;
-  if (count == 1 && ord != 0) {
+  if (one_element && ord != 0) {
     // one element per norm: eager gives |x| itself, where |x|^p and its p-th root over- or
     // underflow (norm(2) of [1e30] is 1e30, not inf; fuzz seed 73232)
     r = ir::Reduce(ir::ReduceKind::kSum, xc, dims);
