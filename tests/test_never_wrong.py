@@ -2171,7 +2171,7 @@ def test_copy_into_overlapping_view_as_eager():
     """copy_ into a view whose elements overlap (unfold with step < size, as_strided): a location
     covered twice keeps the element eager's TensorIterator writes last; ours took the last changed
     element in row-major order (fuzz seed 70569: b.unfold(0, 2, 1).copy_(src) left 1 where eager
-    leaves 0). index_put_ and masked_scatter_ into such views too."""
+    leaves 0). index_put_, masked_scatter_ and scatter_ into such views too."""
     import random
     rng = random.Random(1)
     for trial in range(40):
@@ -2214,7 +2214,9 @@ def test_copy_into_overlapping_view_as_eager():
         mask = torch.tensor([[True, True], [True, False], [False, False], [False, False]], device=dev)
         for f in (lambda v: v.__setitem__(torch.tensor([0, 1], device=dev), torch.tensor([[0.0, 1.0], [0.0, 0.0]], device=dev)),
                   lambda v: v.__setitem__(mask, torch.tensor([0.0, 1.0, 0.0], device=dev)),
-                  lambda v: v.masked_scatter_(mask, torch.tensor([0.0, 1.0, 0.0], device=dev))):
+                  lambda v: v.masked_scatter_(mask, torch.tensor([0.0, 1.0, 0.0], device=dev)),
+                  lambda v: v.scatter_(1, torch.tensor([[1, 0], [0, 1], [0, 0], [1, 1]], device=dev),
+                                       torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], device=dev))):
             w = torch.zeros(5, device=dev)
             f(w.unfold(0, 2, 1))
             writes.append(w.cpu())

@@ -185,7 +185,8 @@ at::Tensor SourceIds(const at::Tensor& source) {
 // order: `b.unfold(0, 2, 1).copy_(src)` left 1 where eager leaves 0, fuzz seed 70569). Here the
 // order is eager's own: the same TensorIterator (an add into a CPU index buffer laid out as `self`,
 // zeros with `src`'s strides as one operand, the view's element ids as the other) says which element
-// lands on each location. index_put_ and masked_scatter_ into such views likewise replay the op.
+// lands on each location. index_put_, masked_scatter_ and scatter_ (src) into such views likewise
+// replay the op.
 bool CopyIntoOverlappingView(at::Tensor& self, const at::Tensor& src) {
   if (!OverlappingView(self) || !src.defined() || src.is_complex() != self.is_complex()) return false;
   if (!at::is_expandable_to(src.sizes(), self.sizes())) return false;  // eager's error follows
@@ -236,6 +237,29 @@ at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     at::_ops::index_put_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, indices, values, accumulate);
+  }
+  torch::autograd::impl::bump_version(self);
+  return self;
+}
+
+at::Tensor& ScatterSrcInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                     const at::Tensor& src) {
+  if (self.device().type() == c10::DeviceType::XLA) {
+    CheckArg<true>(self, index);
+    CheckArg<true>(self, src);
+    if (OverlappingView(self) && src.defined() && src.is_complex() == self.is_complex() && index.defined()) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      at::Tensor idx = index.cpu();
+      WriteAsReplayed(self, src, SourceIds(src), [&](at::Tensor& window, const at::Tensor& ids) {
+        window.scatter_(dim, idx, ids);
+      });
+      torch::autograd::impl::bump_version(self);
+      return self;
+    }
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::_ops::scatter__src::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, dim, index, src);
   }
   torch::autograd::impl::bump_version(self);
   return self;
@@ -313,7 +337,7 @@ void RegisterInplaceOverlapChecks() {
   TXLA_OVERLAP(float_power__Tensor, false) TXLA_OVERLAP(_add_relu__Tensor, false) TXLA_OVERLAP(addr_, false)
   TXLA_OVERLAP(bernoulli__Tensor, false)
   // Index and scatter ops: eager's assert_no_overlap (an operand equal to self raises as well).
-  TXLA_OVERLAP(index_add_, true) TXLA_OVERLAP(index_copy_, true) TXLA_OVERLAP(scatter__src, true)
+  TXLA_OVERLAP(index_add_, true) TXLA_OVERLAP(index_copy_, true)
   TXLA_OVERLAP(scatter__reduce, true) TXLA_OVERLAP(scatter_add_, true) TXLA_OVERLAP(scatter_reduce__two, true)
   TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_reduce_, true)
   TXLA_OVERLAP(_index_put_impl_, true)
@@ -322,6 +346,9 @@ void RegisterInplaceOverlapChecks() {
   if (has(at::_ops::copy_::name, at::_ops::copy_::overload_name)) lib->impl("copy_", TORCH_FN(CopyInplaceChecked));
   if (has(at::_ops::index_put_::name, at::_ops::index_put_::overload_name)) {
     lib->impl("index_put_", TORCH_FN(IndexPutInplaceChecked));
+  }
+  if (has(at::_ops::scatter__src::name, at::_ops::scatter__src::overload_name)) {
+    lib->impl("scatter_.src", TORCH_FN(ScatterSrcInplaceChecked));
   }
   if (has(at::_ops::masked_scatter_::name, at::_ops::masked_scatter_::overload_name)) {
     lib->impl("masked_scatter_", TORCH_FN(MaskedScatterInplaceChecked));
