@@ -117,6 +117,18 @@ void CheckArg(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>
 template <bool Full, typename T>
 void CheckArg(const at::Tensor&, const T&) {}
 
+// What the generated ADInplaceOrView kernel of in-place op `Op` (an at::_ops struct) does: redispatch
+// below ADInplaceOrView, then bump self's version.
+template <typename Op, typename... Args>
+at::Tensor& Redispatch(c10::DispatchKeySet ks, at::Tensor& self, Args&&... args) {
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    Op::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, std::forward<Args>(args)...);
+  }
+  torch::autograd::impl::bump_version(self);
+  return self;
+}
+
 // The ADInplaceOrView kernel of in-place op `Op` (an at::_ops struct): the generated one (redispatch
 // below ADInplaceOrView, bump self's version) with the check first. Unboxed, so that CPU tensors
 // pay one extra call and a device test, nothing more.
@@ -126,12 +138,7 @@ template <typename Op, bool Full, typename... Args>
 struct Checked<Op, Full, at::Tensor&(at::Tensor&, Args...)> {
   static at::Tensor& fn(c10::DispatchKeySet ks, at::Tensor& self, Args... args) {
     if (self.device().type() == c10::DeviceType::XLA) (CheckArg<Full>(self, args), ...);
-    {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      Op::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, args...);
-    }
-    torch::autograd::impl::bump_version(self);
-    return self;
+    return Redispatch<Op>(ks, self, args...);
   }
 };
 
@@ -151,7 +158,7 @@ bool OverlappingView(const at::Tensor& self) {
 // Writes `source`'s elements into `self`'s storage as `replay` (the op, run by eager on CPU index
 // buffers: `window` laid out as self, `ids` holding each source element's row-major index) says
 // they land: per location, the element written last. One index_put_ into a flat view of the
-// storage, at unique positions.
+// storage, at unique positions; self's version is bumped as the in-place op's would be.
 void WriteAsReplayed(at::Tensor& self, const at::Tensor& source, const at::Tensor& ids_layout,
                      const std::function<void(at::Tensor&, const at::Tensor&)>& replay) {
   int64_t extent = self.storage_offset() + 1;
@@ -167,6 +174,7 @@ void WriteAsReplayed(at::Tensor& self, const at::Tensor& source, const at::Tenso
   c10::List<std::optional<at::Tensor>> index;
   index.push_back(pos.to(self.device()));
   flat.index_put_(index, vals);
+  torch::autograd::impl::bump_version(self);
 }
 
 // The source's element ids (row-major), laid out with its strides where it has its own elements
@@ -202,17 +210,9 @@ at::Tensor& CopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const a
   if (self.device().type() == c10::DeviceType::XLA) {
     CheckArg<false>(self, src);
     at::AutoDispatchBelowADInplaceOrView guard;
-    if (CopyIntoOverlappingView(self, src)) {
-      torch::autograd::impl::bump_version(self);
-      return self;
-    }
+    if (CopyIntoOverlappingView(self, src)) return self;
   }
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    at::_ops::copy_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, src, non_blocking);
-  }
-  torch::autograd::impl::bump_version(self);
-  return self;
+  return Redispatch<at::_ops::copy_>(ks, self, src, non_blocking);
 }
 
 at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
@@ -221,8 +221,8 @@ at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
   if (self.device().type() == c10::DeviceType::XLA) {
     CheckArg<true>(self, indices);
     CheckArg<true>(self, values);
-    at::AutoDispatchBelowADInplaceOrView guard;
     if (!accumulate && OverlappingView(self) && values.defined() && values.is_complex() == self.is_complex()) {
+      at::AutoDispatchBelowADInplaceOrView guard;
       c10::List<std::optional<at::Tensor>> cpu;
       for (const std::optional<at::Tensor> t : indices) {
         cpu.push_back(t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::nullopt);
@@ -230,16 +230,10 @@ at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
       WriteAsReplayed(self, values, SourceIds(values), [&](at::Tensor& window, const at::Tensor& ids) {
         window.index_put_(cpu, ids, false);
       });
-      torch::autograd::impl::bump_version(self);
       return self;
     }
   }
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    at::_ops::index_put_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, indices, values, accumulate);
-  }
-  torch::autograd::impl::bump_version(self);
-  return self;
+  return Redispatch<at::_ops::index_put_>(ks, self, indices, values, accumulate);
 }
 
 at::Tensor& ScatterSrcInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, int64_t dim, const at::Tensor& index,
@@ -253,16 +247,10 @@ at::Tensor& ScatterSrcInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, i
       WriteAsReplayed(self, src, SourceIds(src), [&](at::Tensor& window, const at::Tensor& ids) {
         window.scatter_(dim, idx, ids);
       });
-      torch::autograd::impl::bump_version(self);
       return self;
     }
   }
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    at::_ops::scatter__src::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, dim, index, src);
-  }
-  torch::autograd::impl::bump_version(self);
-  return self;
+  return Redispatch<at::_ops::scatter__src>(ks, self, dim, index, src);
 }
 
 at::Tensor& MaskedScatterInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& mask,
@@ -275,15 +263,9 @@ at::Tensor& MaskedScatterInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self
     WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
       window.masked_scatter_(m, ids);
     });
-    torch::autograd::impl::bump_version(self);
     return self;
   }
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    at::_ops::masked_scatter_::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, mask, source);
-  }
-  torch::autograd::impl::bump_version(self);
-  return self;
+  return Redispatch<at::_ops::masked_scatter_>(ks, self, mask, source);
 }
 
 }  // namespace
