@@ -2171,7 +2171,8 @@ def test_copy_into_overlapping_view_as_eager():
     """copy_ into a view whose elements overlap (unfold with step < size, as_strided): a location
     covered twice keeps the element eager's TensorIterator writes last; ours took the last changed
     element in row-major order (fuzz seed 70569: b.unfold(0, 2, 1).copy_(src) left 1 where eager
-    leaves 0). index_put_, masked_scatter_ and scatter_ into such views too."""
+    leaves 0). index_put_, masked_scatter_, scatter_, index_copy_ and put_ into such views too
+    (put_ with accumulate=True reads what it writes there and is refused)."""
     import random
     rng = random.Random(1)
     for trial in range(40):
@@ -2216,7 +2217,13 @@ def test_copy_into_overlapping_view_as_eager():
                   lambda v: v.__setitem__(mask, torch.tensor([0.0, 1.0, 0.0], device=dev)),
                   lambda v: v.masked_scatter_(mask, torch.tensor([0.0, 1.0, 0.0], device=dev)),
                   lambda v: v.scatter_(1, torch.tensor([[1, 0], [0, 1], [0, 0], [1, 1]], device=dev),
-                                       torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], device=dev))):
+                                       torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], device=dev)),
+                  lambda v: v.index_copy_(1, torch.tensor([1, 0], device=dev),
+                                          torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], device=dev)),
+                  lambda v: v.index_copy_(0, torch.tensor([1, 0, 0], device=dev),
+                                          torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], device=dev)),
+                  lambda v: v.put_(torch.tensor([1, 2, 6, 5, 1], device=dev),
+                                   torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], device=dev))):
             w = torch.zeros(5, device=dev)
             f(w.unfold(0, 2, 1))
             writes.append(w.cpu())
@@ -2226,6 +2233,33 @@ def test_copy_into_overlapping_view_as_eager():
         res.append([b.cpu(), y.detach().cpu(), x.grad.cpu(), s.grad.cpu(), t.cpu()] + writes)
     for a, o in zip(*res):
         assert torch.equal(a, o), (a, o)
+    # random layouts: index_copy_ along each dim of an unfold view, put_ at random positions
+    rng = random.Random(2)
+    for trial in range(30):
+        n, k = rng.randint(4, 8), rng.randint(2, 4)
+        step, c, tr = rng.randint(1, k - 1), rng.randint(1, 3), rng.random() < 0.4
+        r1, r2 = rng.randint(1, 4), rng.random()
+        outs = []
+        for dev in ("cpu", DEV):
+            g = torch.Generator().manual_seed(trial)
+            base = torch.randn(n, c, generator=g).to(dev)
+            view = base.unfold(0, k, step)
+            view = view.transpose(0, 2) if tr else view
+            if trial % 2:
+                dim = trial % 3
+                idx = torch.randint(0, view.shape[dim], (r1,), generator=g)
+                size = list(view.shape)
+                size[dim] = len(idx)
+                view.index_copy_(dim, idx.to(dev), torch.randn(size, generator=g).to(dev))
+            else:
+                m = 1 + int(r2 * 2 * view.numel())
+                view.put_(torch.randint(-view.numel(), view.numel(), (m,), generator=g).to(dev),
+                          torch.randn(m, generator=g).to(dev))
+            outs.append((base.cpu(), view.cpu()))
+        assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1]), trial
+    with pytest.raises(RuntimeError, match="overlap in memory"):
+        torch.zeros(5, device=DEV).unfold(0, 2, 1).put_(torch.tensor([1, 2], device=DEV),
+                                                        torch.ones(2, device=DEV), accumulate=True)
 
 
 def test_vector_norm_of_one_element_as_eager():

@@ -193,8 +193,8 @@ at::Tensor SourceIds(const at::Tensor& source) {
 // order: `b.unfold(0, 2, 1).copy_(src)` left 1 where eager leaves 0, fuzz seed 70569). Here the
 // order is eager's own: the same TensorIterator (an add into a CPU index buffer laid out as `self`,
 // zeros with `src`'s strides as one operand, the view's element ids as the other) says which element
-// lands on each location. index_put_, masked_scatter_ and scatter_ (src) into such views likewise
-// replay the op.
+// lands on each location. index_put_, masked_scatter_, scatter_ (src), index_copy_ and put_ into such
+// views likewise replay the op.
 bool CopyIntoOverlappingView(at::Tensor& self, const at::Tensor& src) {
   if (!OverlappingView(self) || !src.defined() || src.is_complex() != self.is_complex()) return false;
   if (!at::is_expandable_to(src.sizes(), self.sizes())) return false;  // eager's error follows
@@ -251,6 +251,43 @@ at::Tensor& ScatterSrcInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, i
     }
   }
   return Redispatch<at::_ops::scatter__src>(ks, self, dim, index, src);
+}
+
+at::Tensor& IndexCopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                    const at::Tensor& source) {
+  if (self.device().type() == c10::DeviceType::XLA) {
+    CheckArg<true>(self, index);
+    CheckArg<true>(self, source);
+    if (OverlappingView(self) && source.defined() && source.is_complex() == self.is_complex() && index.defined()) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      at::Tensor idx = index.cpu();
+      WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
+        window.index_copy_(dim, idx, ids);
+      });
+      return self;
+    }
+  }
+  return Redispatch<at::_ops::index_copy_>(ks, self, dim, index, source);
+}
+
+// put_ without accumulate writes source[i] to self's element index[i] (row-major), the last one
+// winning; with accumulate it reads what it writes and stays refused for such views.
+at::Tensor& PutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& index,
+                              const at::Tensor& source, bool accumulate) {
+  if (self.device().type() == c10::DeviceType::XLA) {
+    CheckArg<true>(self, index);
+    CheckArg<true>(self, source);
+    if (!accumulate && OverlappingView(self) && source.defined() && source.is_complex() == self.is_complex() &&
+        index.defined()) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      at::Tensor idx = index.cpu();
+      WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
+        window.put_(idx, ids, false);
+      });
+      return self;
+    }
+  }
+  return Redispatch<at::_ops::put_>(ks, self, index, source, accumulate);
 }
 
 at::Tensor& MaskedScatterInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& mask,
@@ -319,9 +356,9 @@ void RegisterInplaceOverlapChecks() {
   TXLA_OVERLAP(float_power__Tensor, false) TXLA_OVERLAP(_add_relu__Tensor, false) TXLA_OVERLAP(addr_, false)
   TXLA_OVERLAP(bernoulli__Tensor, false)
   // Index and scatter ops: eager's assert_no_overlap (an operand equal to self raises as well).
-  TXLA_OVERLAP(index_add_, true) TXLA_OVERLAP(index_copy_, true)
+  TXLA_OVERLAP(index_add_, true)
   TXLA_OVERLAP(scatter__reduce, true) TXLA_OVERLAP(scatter_add_, true) TXLA_OVERLAP(scatter_reduce__two, true)
-  TXLA_OVERLAP(put_, true) TXLA_OVERLAP(index_reduce_, true)
+  TXLA_OVERLAP(index_reduce_, true)
   TXLA_OVERLAP(_index_put_impl_, true)
 #undef TXLA_OVERLAP
   // With a write into a view whose elements overlap in eager's order (CopyIntoOverlappingView).
@@ -332,6 +369,10 @@ void RegisterInplaceOverlapChecks() {
   if (has(at::_ops::scatter__src::name, at::_ops::scatter__src::overload_name)) {
     lib->impl("scatter_.src", TORCH_FN(ScatterSrcInplaceChecked));
   }
+  if (has(at::_ops::index_copy_::name, at::_ops::index_copy_::overload_name)) {
+    lib->impl("index_copy_", TORCH_FN(IndexCopyInplaceChecked));
+  }
+  if (has(at::_ops::put_::name, at::_ops::put_::overload_name)) lib->impl("put_", TORCH_FN(PutInplaceChecked));
   if (has(at::_ops::masked_scatter_::name, at::_ops::masked_scatter_::overload_name)) {
     lib->impl("masked_scatter_", TORCH_FN(MaskedScatterInplaceChecked));
   }
