@@ -2135,14 +2135,20 @@ def test_avg_pooling_and_mean_round_as_eager():
     half the float32 outputs, and a few bf16 ones); the divisor now sits behind an optimization
     barrier (mean's count is a device scalar for the same reason); adaptive avg pooling sums each
     window element by element in eager's order and divides by its height, then its width (the
-    global (1, 1) pool is torch's mean: another summation order). bf16/f16 gradients of avg_pool and
-    of adaptive avg pooling with overlapping windows add each window's rounded share into the input
-    gradient in eager's order, each sum rounded. avg_pool3d of bf16/f16 raises eager's
-    NotImplementedError."""
+    global (1, 1) pool is torch's mean: another summation order). avg_pool sums each window tap after
+    tap in eager's order too (XLA's reduce_window added in its own). Gradients, every float dtype:
+    each window's share (adaptive: dy / kh / kw, each quotient in the dtype) is added into the input
+    gradient in eager's order, each sum in the dtype (float32 gradients differed in the last bit in
+    a quarter of the elements: XLA's window sums and reciprocal multiplications). avg_pool3d of
+    bf16/f16 raises eager's NotImplementedError."""
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(0)
-    for dt in (torch.float32, torch.bfloat16, torch.float16):
+    for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         for shape, f in (((2, 3, 9, 9), lambda t: F.avg_pool2d(t, 3, 2, 1)),
+                         ((2, 3, 9, 9), lambda t: F.avg_pool2d(t, 2, 2, 0, ceil_mode=True)),
+                         ((2, 3, 8, 8), lambda t: F.avg_pool2d(t, 2, 1, 0, ceil_mode=True, count_include_pad=False)),
+                         ((2, 3, 9, 9), lambda t: F.adaptive_avg_pool2d(t, (3, 3))),
+                         ((2, 3, 9, 9), lambda t: F.adaptive_avg_pool2d(t, (4, 5))),
                          ((2, 3, 10, 9), lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
                          ((2, 3, 9, 9), lambda t: F.avg_pool2d(t, 3, 2, 1, divisor_override=7)),
                          ((2, 3, 8, 7), lambda t: F.avg_pool2d(t, (3, 2), (1, 2), (1, 0))),
@@ -2157,14 +2163,44 @@ def test_avg_pooling_and_mean_round_as_eager():
                 res.append((y.detach().cpu(), x.grad.cpu()))
             (ye, ge), (yo, go) = res
             assert torch.equal(ye, yo), (dt, shape, (ye != yo).sum())
-            if dt != torch.float32:
-                assert torch.equal(ge, go), (dt, shape, (ge != go).sum())
+            assert torch.equal(ge, go), (dt, shape, (ge != go).sum())
         x = torch.randn(4000, 7, generator=g).to(dt)
         torch.testing.assert_close(x.to(DEV).mean(-1).cpu(), x.mean(-1))
     for dt in (torch.bfloat16, torch.float16):
         for dev in ("cpu", DEV):
             with pytest.raises(NotImplementedError, match="avg_pool3d_out_frame"):
                 F.avg_pool3d(torch.ones(1, 2, 4, 4, 4, dtype=dt, device=dev), 2).cpu()
+
+
+def test_upsample_nearest_gradient_adds_as_eager():
+    """upsample_nearest2d's gradient: eager adds each output's gradient into its source input in
+    output order; ours was a product with a 0/1 matrix (the dot's order: float32 gradients 1 ulp off
+    in a third of the elements). Now the k-th output of each input is gathered and added in order."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(5)
+    for dt in (torch.float32, torch.float64, torch.bfloat16):
+        for shape, kw in (((2, 3, 9, 9), dict(scale_factor=2)), ((2, 3, 9, 9), dict(size=(13, 7))),
+                          ((1, 2, 5, 7), dict(size=(4, 3))), ((1, 2, 5, 7), dict(scale_factor=1.7)),
+                          ((1, 2, 5, 7), dict(scale_factor=(3, 2)))):
+            x0, res = torch.randn(*shape, generator=g).to(dt), []
+            for dev in ("cpu", DEV):
+                x = x0.clone().to(dev).requires_grad_()
+                y = F.interpolate(x, mode="nearest", **kw)
+                y.backward(torch.linspace(-2, 3, y.numel()).reshape(y.shape).to(dt).to(dev))
+                res.append((y.detach().cpu(), x.grad.cpu()))
+            assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1]), (dt, shape, kw)
+
+
+def test_division_by_a_constant_rounds_once_as_eager():
+    """x / c with a constant c in a lowering (hardswish's and hardsigmoid's / 6, round(x, decimals)):
+    XLA rewrote it into x * (1/c), which rounds twice (float32 hardswish was 1 ulp off in a quarter of
+    its results); such a divisor is opaque now. Powers of two keep the rewrite (exact)."""
+    import torch.nn.functional as F
+    x0 = torch.randn(4000, generator=torch.Generator().manual_seed(3)) * 4
+    for dt in (torch.float32, torch.float64):
+        for f in (F.hardswish, F.hardsigmoid, lambda t: torch.round(t, decimals=2), lambda t: torch.round(t, decimals=-1)):
+            want, got = f(x0.to(dt)), f(x0.to(dt).to(DEV)).cpu()
+            assert torch.equal(want, got), (dt, (want != got).sum())
 
 
 def test_copy_into_overlapping_view_as_eager():

@@ -445,3 +445,46 @@ def test_inplace_through_view_of_fresh_tensor(name, clean_metrics):
     torch.testing.assert_close(out_xla.cpu(), out_cpu)
     assert torch._is_functional_tensor(t_xla)
     assert [n for n in clean_metrics.counter_names() if n.startswith("aten::")] == []
+
+
+def test_inplace_on_strided_view_keeps_eager_layout():
+    """An in-place op on a transposed or strided view left the view reporting contiguous strides
+    (the functional result's layout), so a later flatten/reshape aliased where eager copies: writes
+    to the copy reached the base (fuzz seed 81978: masked_fill_ through a transpose, then flatten,
+    then sub_), and view() succeeded where eager refuses. The view keeps eager's layout now."""
+    ops = [lambda v, d: v.masked_fill_(torch.tensor([[True], [False], [False]], device=d), -1.5),
+           lambda v, d: v.add_(1), lambda v, d: v.mul_(torch.ones(3, 1, device=d)),
+           lambda v, d: v.clamp_(torch.zeros(3, 1, device=d)), lambda v, d: v.copy_(torch.ones(3, 1, device=d)),
+           lambda v, d: v.lerp_(torch.ones(3, 1, device=d), 0.5), lambda v, d: v.index_fill_(0, torch.tensor([0], device=d), 2.0),
+           lambda v, d: v.masked_scatter_(torch.tensor([[True], [False], [False]], device=d), torch.ones(6, device=d)),
+           lambda v, d: v.relu_(), lambda v, d: v.zero_()]
+    views = [lambda t: t.t(), lambda t: t.view(2, 3, 1).transpose(0, 1)[:, :, 0]]
+    for op in ops:
+        for mk in views:
+            res = []
+            for dev in ("cpu", torch_xla.device()):
+                t = torch.arange(6.0).view(2, 3).to(dev)
+                v = mk(t)
+                op(v, dev)
+                strides = v.stride()
+                f = v.flatten()
+                f.sub_(100)
+                try:
+                    v.view(-1)
+                    viewable = True
+                except RuntimeError:
+                    viewable = False
+                res.append((t.cpu(), v.cpu(), f.cpu(), strides, viewable))
+            (t0, v0, f0, s0, w0), (t1, v1, f1, s1, w1) = res
+            assert s0 == s1 and w0 == w1, (s0, s1, w0, w1)
+            assert torch.equal(t0, t1) and torch.equal(v0, v1) and torch.equal(f0, f1), (t0, t1)
+    # a strided (non-dense) view too
+    res = []
+    for dev in ("cpu", torch_xla.device()):
+        t = torch.arange(12.0).view(3, 4).to(dev)
+        v = t[:, ::2]
+        v.mul_(2)
+        f = v.reshape(-1)
+        f.add_(1000)
+        res.append((t.cpu(), v.stride(), f.cpu()))
+    assert res[0][1] == res[1][1] and torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][2], res[1][2])

@@ -119,11 +119,21 @@ void CheckArg(const at::Tensor&, const T&) {}
 
 // What the generated ADInplaceOrView kernel of in-place op `Op` (an at::_ops struct) does: redispatch
 // below ADInplaceOrView, then bump self's version.
+// A non-contiguous `self` keeps its layout (see KeepLayoutOfWrite, functionalize.cc): where the
+// functional op's result did not get it (an op functionalization runs as several), it is set here.
 template <typename Op, typename... Args>
 at::Tensor& Redispatch(c10::DispatchKeySet ks, at::Tensor& self, Args&&... args) {
+  const bool keep = self.device().type() == c10::DeviceType::XLA && self.dim() >= 1 && !self.is_contiguous();
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  if (keep) sizes = self.sizes().vec(), strides = self.strides().vec(), offset = self.storage_offset();
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     Op::redispatch(ks & c10::after_ADInplaceOrView_keyset, self, std::forward<Args>(args)...);
+  }
+  if (keep && self.sizes().equals(sizes) && (!self.strides().equals(strides) || self.storage_offset() != offset)) {
+    self.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    SetEagerLayout(self, sizes, strides, offset);
   }
   torch::autograd::impl::bump_version(self);
   return self;

@@ -293,6 +293,27 @@ bool IsPlusZeroConstant(const Value& v) {
   return n != nullptr && n->op == Op::kConstant && n->attrs.f == 0.0 && !std::signbit(n->attrs.f) && n->attrs.n == 0;
 }
 
+// A / C with C a floating constant (possibly converted, reshaped or broadcast) whose reciprocal is
+// not exact: XLA's simplifier rewrites it into A * (1/C), which rounds twice where eager's division
+// rounds once (hardswish's / 6 left a quarter of its float32 results 1 ulp off). The constant is
+// made opaque (the scalar, then broadcast again: no array is materialized). Powers of two keep the
+// rewrite: their reciprocal is exact, and so is the product.
+Value OpaqueDivisor(const Value& b) {
+  const Node* n = b.node.get();
+  while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape) &&
+         n->operands.size() == 1) {
+    n = n->operands[0].node.get();
+  }
+  if (n == nullptr || n->op != Op::kConstant) return b;
+  int e = 0;
+  double m = std::frexp(n->attrs.f, &e);
+  if (!std::isfinite(n->attrs.f) || m == 0.0 || ((m == 0.5 || m == -0.5) && e > -1000 && e < 1000)) return b;
+  if (b.node->op == Op::kBroadcastInDim && b.node->operands.size() == 1 && b.node->operands[0].rank() == 0) {
+    return BroadcastInDim(Opaque(b.node->operands[0]), b.dims(), {});
+  }
+  return Opaque(b);
+}
+
 // Integer a ** b as eager's kernel computes it: exponentiation by squaring over every bit of the
 // exponent, wrapping on overflow; a negative exponent gives 1 for a base of 1, +-1 for -1 (by the
 // exponent's parity), 0 otherwise. XLA's integer power read only the exponent's low bits
@@ -357,6 +378,10 @@ Value Binary(Op op, const Value& a, const Value& b) {
     // (1e30/1e30/1e30: eager 1e-30, XLA's form 0) and turn -1.9/1e-40/-inf from nan into 0.
     return Make(op, {ProducesThroughShape(a, Op::kDiv) ? Opaque(a) : a, ProducesThroughShape(b, Op::kDiv) ? Opaque(b) : b},
                 a.shape());
+  }
+  if (op == Op::kDiv && IsFloating(a.dtype())) {
+    Value d = OpaqueDivisor(b);
+    if (d.node != b.node) return Make(op, {a, d}, a.shape());
   }
   if (op == Op::kPow && (Produces(a, Op::kExp) || Produces(a, Op::kPow) || IsSquare(a))) {
     return Make(op, {Opaque(a), b}, a.shape());  // pow(exp(A),B) => exp(A*B), pow(A*A,0.5) => |A|

@@ -223,7 +223,7 @@ Value AvgDivisor(const Value& x, const PoolGeom& g, int nsp, bool count_include_
 // windows' shares in ascending output order, which is descending tap order: the taps are added one
 // by one, each a strided placement of the shares.
 Value AvgPoolBackwardRounded(const Value& dy, const Value& x, const PoolGeom& g, int nsp, const Value& div) {
-  const DType t = x.dtype(), ct = DType::kF32;
+  const DType t = x.dtype(), ct = t == DType::kF64 ? DType::kF64 : DType::kF32;
   const int r = x.rank(), lead = r - nsp;
   auto round = [&](const Value& v) { return Cast(Cast(v, t), ct); };
   std::vector<int64_t> bd;
@@ -258,12 +258,12 @@ Value AvgPoolBackwardRounded(const Value& dy, const Value& x, const PoolGeom& g,
   return Cast(ir::Slice(acc, start, limit, unit), t);
 }
 
-// bf16/f16 adaptive average pooling's gradient where windows overlap, as eager's CPU kernel: each
-// output's share dy / (kh * kw) rounded to the dtype, added into its window's inputs in output order
-// (row-major), each sum rounded. Input i of a dim lies in the windows of outputs
+// Adaptive average pooling's gradient as eager's CPU kernel computes it: each output's share
+// dy / kh / kw in the dtype (bf16/f16: each quotient rounded), added into its window's inputs in
+// output order (row-major), each sum in the dtype. Input i of a dim lies in the windows of outputs
 // floor(i*O/I) .. ceil((i+1)*O/I) - 1: the k-th of them is gathered for every input at once.
 Value AdaptiveAvgPool2dBackwardRounded(const Value& dy, const Value& x) {
-  const DType t = x.dtype(), ct = DType::kF32;
+  const DType t = x.dtype(), ct = t == DType::kF64 ? DType::kF64 : DType::kF32;
   const int r = x.rank();
   auto round = [&](const Value& v) { return Cast(Cast(v, t), ct); };
   struct Dim { int d; int64_t in, out, most; };
@@ -276,18 +276,19 @@ Value AdaptiveAvgPool2dBackwardRounded(const Value& dy, const Value& x) {
       dm.most = std::max(dm.most, last - first + 1);
     }
   }
-  // shares: window sizes from the window bounds of each output
-  Value size = ir::Full(1, ir::Shape(ct, dy.dims()));
+  // shares: dy / kh / kw as eager's kernel divides, in the dtype (each quotient rounded), with the
+  // window lengths from the window bounds of each output (opaque: XLA would fold them into constants
+  // and multiply by their reciprocals)
+  Value share = Cast(dy, ct);
   for (const Dim& dm : dims) {
     ir::Shape os(DType::kS64, {dm.out});
     auto C = [&](int64_t v) { return ir::Full(static_cast<double>(v), os); };
     Value o = ir::Iota(os, 0);
     Value start = ir::Binary(Op::kDiv, ir::Binary(Op::kMul, o, C(dm.in)), C(dm.out));
     Value end = ir::Binary(Op::kDiv, ir::Binary(Op::kAdd, ir::Binary(Op::kMul, ir::Binary(Op::kAdd, o, C(1)), C(dm.in)), C(dm.out - 1)), C(dm.out));
-    Value len = ir::BroadcastInDim(ir::Convert(ir::Binary(Op::kSub, end, start), ct), dy.dims(), {dm.d});
-    size = ir::Binary(Op::kMul, size, len);  // the product of both lengths, exact in float32
+    Value len = ir::OptimizationBarrier({ir::Convert(ir::Binary(Op::kSub, end, start), ct)})[0];
+    share = round(ir::Binary(Op::kDiv, share, ir::BroadcastInDim(len, dy.dims(), {dm.d})));
   }
-  Value share = round(ir::Binary(Op::kDiv, Cast(dy, ct), size));
   // the k-th output whose window holds input i, and whether there is one
   auto nth = [&](const Dim& dm, int64_t k, Value* valid) {
     ir::Shape is(DType::kS64, {dm.in});
@@ -442,6 +443,35 @@ Value MaxPoolGradFromIndices(const Value& dy, const Value& x, const Value& idx, 
 }
 
 constexpr int64_t kMaxPoolTaps = 64;  // windows of up to this many elements are unrolled
+
+// Average pooling's window sums as eager's CPU kernel adds them: tap after tap in row-major window
+// order (a strided slice of the zero-padded input per tap; padding adds +0, which changes no sum
+// that starts at +0), in `ct`. XLA's reduce_window adds in its own order.
+Value AvgPoolSums(const Value& x, const PoolGeom& g, int nsp, DType ct) {
+  int r = x.rank(), lead = r - nsp;
+  std::vector<int64_t> low(r, 0), high(r, 0), zeros(r, 0), od = x.dims();
+  int64_t taps = 1;
+  for (int q = 0; q < nsp; ++q) {
+    low[lead + q] = g.padding[2 * (lead + q)];
+    high[lead + q] = g.padding[2 * (lead + q) + 1];
+    od[lead + q] = g.out[q];
+    taps *= g.window[lead + q];
+  }
+  Value xp = ir::Pad(Cast(x, ct), ir::Constant(0, ct), low, high, zeros);
+  Value acc = ir::Full(0, ir::Shape(ct, od));
+  for (int64_t tap = 0; tap < taps; ++tap) {
+    std::vector<int64_t> start(r, 0), limit = xp.dims(), str(r, 1);
+    for (int64_t rem = tap, q = nsp - 1; q >= 0; --q) {
+      const int64_t k0 = (rem % g.window[lead + q]) * g.dilation[lead + q], s = g.strides[lead + q];
+      rem /= g.window[lead + q];
+      start[lead + q] = k0;
+      limit[lead + q] = k0 + (g.out[q] - 1) * s + 1;
+      str[lead + q] = s;
+    }
+    acc = ir::Binary(Op::kAdd, acc, ir::Slice(xp, start, limit, str));
+  }
+  return acc;
+}
 
 std::pair<Value, Value> MaxPoolTaps(const Value& x, const PoolGeom& g, int nsp) {
   int r = x.rank(), lead = r - nsp;
@@ -867,9 +897,16 @@ void AddConvRows(std::vector<OpRow>& rows) {
       PoolGeom g = Pool(x, nsp, a.Ints(1), a.Ints(2), a.Ints(3), {}, a.Bool(4));
       // 3-d integers: eager sums and divides in int64 (truncating), as here.
       DType ct = nsp == 3 && !ir::IsFloating(x.dtype()) ? DType::kS64 : AccType(x.dtype());
-      Value xc = Cast(x, ct);
-      std::vector<int64_t> ones(x.rank(), 1);
-      Value sums = ir::ReduceWindow(ir::ReduceKind::kSum, xc, ir::Constant(0, ct), g.window, g.strides, ones, ones, g.padding);
+      int64_t taps = 1;
+      for (int i = x.rank() - nsp; i < x.rank(); ++i) taps *= g.window[i];
+      Value sums;
+      if (ir::IsFloating(x.dtype()) && taps <= 64 && x.shape().numel() > 0) {
+        sums = AvgPoolSums(x, g, nsp, ct);
+      } else {
+        std::vector<int64_t> ones(x.rank(), 1);
+        sums = ir::ReduceWindow(ir::ReduceKind::kSum, Cast(x, ct), ir::Constant(0, ct), g.window, g.strides, ones, ones,
+                                g.padding);
+      }
       // behind a barrier: XLA would turn the division by a constant divisor into a multiplication
       // by its reciprocal (not eager's correctly rounded quotient)
       Value div = ir::OptimizationBarrier({AvgDivisor(x, g, nsp, a.Bool(5), a.OptInt(6), ct)})[0];
@@ -881,15 +918,16 @@ void AddConvRows(std::vector<OpRow>& rows) {
       Value dy = a.V(0), x = a.V(1);
       PoolGeom g = Pool(x, nsp, a.Ints(2), a.Ints(3), a.Ints(4), {}, a.Bool(5));
       DType ct = AccType(x.dtype());
-      Value div = AvgDivisor(x, g, nsp, a.Bool(6), a.OptInt(7), ct);
+      // opaque as in the forward: XLA folds the divisors into constants and multiplies by their reciprocals
+      Value div = ir::OptimizationBarrier({AvgDivisor(x, g, nsp, a.Bool(6), a.OptInt(7), ct)})[0];
       int r = x.rank();
       std::vector<int64_t> bd;
       for (int i = r - nsp; i < r; ++i) bd.push_back(i);
       Value gd = ir::Binary(Op::kDiv, Cast(dy, ct), ir::BroadcastInDim(div, dy.dims(), bd));
       int64_t taps = 1;
       for (int i = r - nsp; i < r; ++i) taps *= g.window[i];
-      if ((x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) && taps <= 64 && x.shape().numel() > 0) {
-        return {AvgPoolBackwardRounded(dy, x, g, nsp, div)};
+      if (ir::IsFloating(x.dtype()) && taps <= 64 && x.shape().numel() > 0) {
+        return {AvgPoolBackwardRounded(dy, x, g, nsp, div)};  // eager's order of the shares' sums
       }
       // Spread each window's share back: dilate by the stride, slide a window of the kernel size.
       std::vector<int64_t> base(r, 1), ones(r, 1), pad(2 * r, 0);
@@ -947,9 +985,8 @@ void AddConvRows(std::vector<OpRow>& rows) {
     Value dy = a.V(0), x = a.V(1);
     int r = x.rank();
     DType ct = AccType(x.dtype());
-    if ((x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) && x.shape().numel() > 0 && dy.shape().numel() > 0 &&
-        (x.dims()[r - 2] % dy.dims()[r - 2] != 0 || x.dims()[r - 1] % dy.dims()[r - 1] != 0)) {
-      return {AdaptiveAvgPool2dBackwardRounded(dy, x)};  // overlapping windows: eager's order of rounded sums
+    if (ir::IsFloating(x.dtype()) && x.shape().numel() > 0 && dy.shape().numel() > 0) {
+      return {AdaptiveAvgPool2dBackwardRounded(dy, x)};  // eager's shares and the order of their sums
     }
     Value ah = AdaptiveMatrix(dy.dims()[r - 2], x.dims()[r - 2], ct);
     Value aw = AdaptiveMatrix(dy.dims()[r - 1], x.dims()[r - 1], ct);

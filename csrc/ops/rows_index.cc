@@ -480,6 +480,49 @@ Value NearestMatrix(int64_t out, int64_t in, std::optional<double> scale, DType 
 
 std::optional<double> OptD(const OpArgs& a, size_t k) { return a.OptDouble(k); }
 
+// upsample_nearest2d's gradient as eager's CPU kernel adds it: each output's gradient into its
+// source input, in output order (row-major), in `ct`. The nearest index is nondecreasing, so input i
+// of a dim receives outputs first(i) .. first(i) + count(i) - 1: the k-th of them is gathered for
+// every input at once and added where it exists. (A product with the 0/1 matrix added in the dot's
+// order: float32 gradients differed in the last bit.)
+Value NearestBackwardSequential(const Value& g, int64_t in_h, int64_t in_w, std::optional<double> sh,
+                                std::optional<double> sw, DType ct) {
+  const int r = g.rank();
+  struct Dim { int d; Value first, count; int64_t most; };
+  auto dim = [&](int d, int64_t in, std::optional<double> sc) {
+    const int64_t out = g.dims()[d];
+    ir::Shape ms(DType::kS64, {in, out});
+    Value i = ir::Iota(ms, 0), src = ir::BroadcastInDim(NearestIndex(out, in, sc), {in, out}, {1});
+    Dim dm{d, ir::Reduce(ir::ReduceKind::kSum, ir::Convert(ir::Compare(CompareDir::kLT, src, i), DType::kS64), {1}),
+           ir::Reduce(ir::ReduceKind::kSum, ir::Convert(ir::Compare(CompareDir::kEQ, src, i), DType::kS64), {1}),
+           std::min(out, out % in == 0 && !(sc && *sc > 0) ? out / in : out / in + 2)};
+    return dm;
+  };
+  Dim dh = dim(r - 2, in_h, sh), dw = dim(r - 1, in_w, sw);
+  std::vector<int64_t> od = g.dims();
+  od[r - 2] = in_h, od[r - 1] = in_w;
+  auto nth = [&](const Dim& dm, int64_t k, Value* valid) {
+    ir::Shape is = dm.first.shape();
+    *valid = ir::Compare(CompareDir::kLT, ir::Full(static_cast<double>(k), is), dm.count);
+    Value o = ir::Binary(Op::kAdd, dm.first, ir::Full(static_cast<double>(k), is));
+    return ir::Binary(Op::kMin, o, ir::Full(static_cast<double>(g.dims()[dm.d] - 1), is));
+  };
+  Value gc = Cast(g, ct), acc = ir::Full(0, ir::Shape(ct, od));
+  for (int64_t kh = 0; kh < dh.most; ++kh) {
+    Value vh;
+    Value rows = GatherAlong(gc, r - 2, nth(dh, kh, &vh));
+    for (int64_t kw = 0; kw < dw.most; ++kw) {
+      Value vw;
+      Value term = GatherAlong(rows, r - 1, nth(dw, kw, &vw));
+      Value valid = ir::Binary(Op::kAnd, ir::BroadcastInDim(vh, od, {r - 2}), ir::BroadcastInDim(vw, od, {r - 1}));
+      acc = ir::Binary(Op::kAdd, acc, ir::Select(valid, term, ir::Full(0, term.shape())));
+    }
+  }
+  return acc;
+}
+
+
+
 // (values, indices[i64]) sorted along dim (stable; NaN placement is the emitter's comparator).
 std::vector<Value> SortWithIndices(const Value& x, int64_t dim, bool descending) {
   if (x.rank() == 0) return {x, ir::ConstantInt(0, DType::kS64)};
@@ -1241,6 +1284,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     const auto& os = a.Ints(1);
     const auto& is = a.Ints(2);
     DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    if (ir::IsFloating(g.dtype()) && g.rank() == 4 && g.shape().numel() > 0 && is[2] > 0 && is[3] > 0 &&
+        g.dims()[2] / is[2] <= 8 && g.dims()[3] / is[3] <= 8) {
+      return {Cast(NearestBackwardSequential(g, is[2], is[3], OptD(a, 3), OptD(a, 4), ct), g.dtype())};
+    }
     Value ah = NearestMatrix(os[0], is[2], OptD(a, 3), ct), aw = NearestMatrix(os[1], is[3], OptD(a, 4), ct);
     return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
   }});

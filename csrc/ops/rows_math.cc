@@ -125,7 +125,7 @@ Value Hypot(const Value& a, const Value& b) {
 Value LogAddExp(const Value& a, const Value& b, bool base2) {
   Value m = Max(a, b);
   Value d = ir::Unary(Op::kNeg, Abs(Sub(a, b)));
-  Value r = base2 ? Add(m, Div(Log1p(ir::Binary(Op::kPow, C(2, d), d)), C(kLn2, d))) : Add(m, Log1p(Exp(d)));
+  Value r = base2 ? Add(m, Mul(Log1p(ir::Binary(Op::kPow, C(2, d), d)), C(1.0 / kLn2, d))) : Add(m, Log1p(Exp(d)));  // eager: * (1 / ln 2)
   // Equal infinities: a (eager), not inf - inf = NaN.
   return ir::Select(ir::Binary(Op::kAnd, IsInf(a), Eq(a, b)), a, r);
 }
