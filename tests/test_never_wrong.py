@@ -2191,6 +2191,23 @@ def test_upsample_nearest_gradient_adds_as_eager():
             assert torch.equal(res[0][0], res[1][0]) and torch.equal(res[0][1], res[1][1]), (dt, shape, kw)
 
 
+def test_linear_interpolation_weights_in_float64():
+    """linear/bilinear/trilinear interpolation of float64 computed its weights in float32 (results
+    1e-6 off); eager computes them in the op's math type."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(6)
+    for shape, kw in (((2, 3, 9, 9), dict(mode="bilinear", scale_factor=1.7)), ((2, 3, 9, 9), dict(mode="bilinear", size=(13, 7), align_corners=True)),
+                      ((2, 3, 11), dict(mode="linear", size=17)), ((1, 2, 4, 5, 6), dict(mode="trilinear", size=(5, 7, 9)))):
+        x0, res = torch.randn(*shape, generator=g, dtype=torch.float64), []
+        for dev in ("cpu", DEV):
+            x = x0.clone().to(dev).requires_grad_()
+            y = F.interpolate(x, **kw)
+            y.backward(torch.linspace(-2, 3, y.numel(), dtype=torch.float64).reshape(y.shape).to(dev))
+            res.append((y.detach().cpu(), x.grad.cpu()))
+        torch.testing.assert_close(res[1][0], res[0][0], rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(res[1][1], res[0][1], rtol=1e-13, atol=1e-13)
+
+
 def test_division_by_a_constant_rounds_once_as_eager():
     """x / c with a constant c in a lowering (hardswish's and hardsigmoid's / 6, round(x, decimals)):
     XLA rewrote it into x * (1/c), which rounds twice (float32 hardswish was 1 ulp off in a quarter of

@@ -407,8 +407,8 @@ Value NearestIndex(int64_t out, int64_t in, std::optional<double> scale) {
 struct LinearTaps {
   Value i0, i1, l0, l1;
 };
-LinearTaps LinearTapsOf(int64_t out, int64_t in, bool align_corners, std::optional<double> scale) {
-  ir::Shape fs(DType::kF32, {out});
+LinearTaps LinearTapsOf(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType ft) {
+  ir::Shape fs(ft, {out});  // eager's weights are computed in the op's math type (float64 for float64)
   Value o = ir::Iota(fs, 0);
   Value src;
   if (align_corners) {
@@ -424,18 +424,18 @@ LinearTaps LinearTapsOf(int64_t out, int64_t in, bool align_corners, std::option
   LinearTaps t;
   t.i0 = ir::Binary(Op::kMin, ir::Convert(ir::Unary(Op::kFloor, src), DType::kS64), ir::Full(static_cast<double>(in - 1), is));
   t.i1 = ir::Binary(Op::kMin, ir::Binary(Op::kAdd, t.i0, ir::Full(1, is)), ir::Full(static_cast<double>(in - 1), is));
-  t.l1 = ir::Binary(Op::kSub, src, ir::Convert(t.i0, DType::kF32));
+  t.l1 = ir::Binary(Op::kSub, src, ir::Convert(t.i0, ft));
   t.l0 = ir::Binary(Op::kSub, ir::Full(1, fs), t.l1);
   return t;
 }
 
 // [out, in] interpolation matrix for linear resampling along one dim.
 Value LinearMatrix(int64_t out, int64_t in, bool align_corners, std::optional<double> scale, DType t) {
-  auto [i0, i1, l0, l1] = LinearTapsOf(out, in, align_corners, scale);
+  auto [i0, i1, l0, l1] = LinearTapsOf(out, in, align_corners, scale, t == DType::kF64 ? DType::kF64 : DType::kF32);
   ir::Shape ms(DType::kS64, {out, in});
   Value col = ir::Iota(ms, 1);
   auto row = [&](const Value& v) { return ir::BroadcastInDim(v, {out, in}, {0}); };
-  ir::Shape mf(DType::kF32, {out, in});
+  ir::Shape mf(l0.dtype(), {out, in});
   Value w0 = ir::Select(ir::Compare(CompareDir::kEQ, col, row(i0)), row(l0), ir::Full(0, mf));
   Value w1 = ir::Select(ir::Compare(CompareDir::kEQ, col, row(i1)), row(l1), ir::Full(0, mf));
   return Cast(ir::Binary(Op::kAdd, w0, w1), t);
@@ -457,8 +457,9 @@ Value GatherAlong(const Value& x, int64_t dim, const Value& idx) {
 }
 
 Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std::optional<double> scale) {
-  auto [i0, i1, l0, l1] = LinearTapsOf(out, x.dims()[dim], align_corners, scale);
-  ir::Shape fs(DType::kF32, {out});
+  const DType ft = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  auto [i0, i1, l0, l1] = LinearTapsOf(out, x.dims()[dim], align_corners, scale, ft);
+  ir::Shape fs(ft, {out});
   std::vector<int64_t> od = x.dims();
   od[dim] = out;
   auto tap = [&](const Value& idx, const Value& w) {
