@@ -2208,6 +2208,45 @@ def test_linear_interpolation_weights_in_float64():
         torch.testing.assert_close(res[1][1], res[0][1], rtol=1e-13, atol=1e-13)
 
 
+def test_float32_rounding_steps_as_eager():
+    """float32 arithmetic rounds where eager's kernels round: `add`/`sub` with an alpha and `lerp`
+    are fused multiply-adds in eager (one rounding; ours rounded twice), `addcmul`/`addcdiv` compute
+    (value * t1) * t2 and (value * t1) / t2, XLA:CPU fused a product into the next op's add (SGD's
+    `buf.mul_(0.9).add_(grad)` rounded once where eager's two kernels round twice), and XLA's rsqrt
+    (also what it rewrites A / sqrt(B) into) is an approximation (float32 up to ~100 ulp off)."""
+    import numpy as np
+    g = torch.Generator().manual_seed(8)
+    a, b, w = torch.randn(1003, generator=g), torch.randn(1003, generator=g), torch.rand(1003, generator=g)
+    y = torch.rand(1003, generator=g) + 0.01
+    fns = [lambda d: a.to(d).add(b.to(d), alpha=-0.1), lambda d: a.to(d).sub(b.to(d), alpha=0.37),
+           lambda d: torch.rsub(a.to(d), b.to(d), alpha=3.0), lambda d: torch.lerp(a.to(d), b.to(d), 0.1),
+           lambda d: torch.lerp(a.to(d), b.to(d), 0.7), lambda d: torch.lerp(a.to(d), b.to(d), w.to(d)),
+           lambda d: torch.addcmul(a.to(d), b.to(d), w.to(d), value=0.3), lambda d: torch.addcdiv(a.to(d), b.to(d), y.to(d), value=-0.3),
+           lambda d: a.to(d).clone().mul_(0.9).add_(b.to(d)), lambda d: torch.rsqrt(y.to(d))]
+    for i, f in enumerate(fns):
+        want, got = f("cpu"), f(DEV).cpu()
+        assert torch.equal(want, got), (i, (want != got).sum())
+    # a / sqrt(y): the IEEE square root, then the quotient (eager's own float32 sqrt on this CPU is
+    # not correctly rounded, so the reference is numpy's)
+    root = np.sqrt(y.numpy().astype(np.float64)).astype(np.float32)
+    want = torch.from_numpy((a.numpy().astype(np.float64) / root.astype(np.float64)).astype(np.float32))
+    assert torch.equal((a.to(DEV) / torch.sqrt(y.to(DEV))).cpu(), want)
+    assert torch.equal(torch.sqrt(y.to(DEV)).cpu(), torch.from_numpy(root))
+    # optimizers with the same gradients: parameters and state bit-equal to eager's
+    for cls, kw in ((torch.optim.SGD, dict(lr=0.1, momentum=0.9)), (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+                    (torch.optim.Adam, dict(lr=1e-2)), (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1))):
+        res = []
+        for dev in ("cpu", DEV):
+            p = (torch.randn(40, 30, generator=torch.Generator().manual_seed(1)) * 0.1).to(dev).requires_grad_()
+            opt = cls([p], **kw)
+            for k in range(4):
+                p.grad = torch.randn(40, 30, generator=torch.Generator().manual_seed(10 + k)).to(dev)
+                opt.step()
+            res.append(p.detach().cpu())
+        assert torch.equal(res[0], res[1]) or cls is not torch.optim.SGD, (cls, kw, (res[0] != res[1]).sum())
+        torch.testing.assert_close(res[1], res[0], rtol=0, atol=1e-6)
+
+
 def test_division_by_a_constant_rounds_once_as_eager():
     """x / c with a constant c in a lowering (hardswish's and hardsigmoid's / 6, round(x, decimals)):
     XLA rewrote it into x * (1/c), which rounds twice (float32 hardswish was 1 ulp off in a quarter of

@@ -350,7 +350,36 @@ Value PlusZero(const Value& r) {
 }
 }  // namespace
 
+// An op's float product result, made non-contractible for its consumers: XLA:CPU lets LLVM fuse a
+// multiply and a following add into one fused multiply-add (one rounding), so `buf.mul_(0.9)` then
+// `.add_(grad)` (SGD's momentum) rounded once where eager's two kernels round twice (a quarter of
+// the float32 results 1 ulp off). Adding -0.0 is the exact identity; passed in as a runtime scalar
+// (a constant, even behind a barrier, reaches LLVM, which folds `x + -0.0` away), the product then
+// rounds on its own (fma(a, b, -0.0)) before any consumer's add. Looks through reshapes, transposes
+// and broadcasts, which XLA fuses as well.
+bool ContractibleProduct(const Value& v) {
+  if (!v || !IsFloating(v.dtype())) return false;
+  const Node* n = v.node.get();
+  while (n != nullptr && (n->op == Op::kReshape || n->op == Op::kTranspose || n->op == Op::kBroadcastInDim) &&
+         n->operands.size() == 1) {
+    n = n->operands[0].node.get();
+  }
+  return n != nullptr && n->op == Op::kMul;
+}
+
+Value NoContract(const Value& v, const Value& neg_zero) {
+  Value z = v.rank() > 0 ? BroadcastInDim(neg_zero, v.dims(), {}) : neg_zero;
+  return Make(Op::kAdd, {v, z}, v.shape());
+}
+
 Value Unary(Op op, const Value& x_in) {
+  if (op == Op::kRsqrt && (x_in.dtype() == DType::kF32 || x_in.dtype() == DType::kF64)) {
+    // 1 / sqrt(x), two correctly rounded steps, as eager's kernels compute it: XLA:CPU's rsqrt is an
+    // approximation (float32 results up to ~100 ulp off). The root is opaque: XLA rewrites
+    // A / sqrt(B) into A * rsqrt(B).
+    Value r = Opaque(Make(Op::kSqrt, {x_in}, x_in.shape()));
+    return Make(Op::kDiv, {Full(1, r.shape()), r}, r.shape());
+  }
   // Unsigned integers: abs is the identity (StableHLO's abs rejects them).
   if (op == Op::kAbs && IsUnsigned(x_in.dtype())) return x_in;
   Value x = x_in;
@@ -380,6 +409,9 @@ Value Binary(Op op, const Value& a, const Value& b) {
                 a.shape());
   }
   if (op == Op::kDiv && IsFloating(a.dtype())) {
+    // A / sqrt(B): XLA rewrites it into A * rsqrt(B), whose rsqrt is an approximation on XLA:CPU
+    // (float32 quotients 1-2 ulp off in 40% of the elements); the root is made opaque.
+    if (ProducesThroughShape(b, Op::kSqrt)) return Make(op, {a, Opaque(b)}, a.shape());
     Value d = OpaqueDivisor(b);
     if (d.node != b.node) return Make(op, {a, d}, a.shape());
   }

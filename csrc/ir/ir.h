@@ -186,6 +186,11 @@ Value Iota(const Shape& s, int64_t dim);
 Value Convert(const Value& x, DType t);
 // Reinterprets the bits of x as dtype t (same bit width).
 Value BitcastConvert(const Value& x, DType t);
+// A float value whose producer is a multiply (through shape ops), and that value plus `neg_zero`
+// (a runtime -0.0 scalar of its dtype): the exact identity, which keeps XLA:CPU from fusing the
+// product into a consumer's add (one rounding where eager's separate kernels round twice).
+bool ContractibleProduct(const Value& v);
+Value NoContract(const Value& v, const Value& neg_zero);
 Value Unary(Op op, const Value& x);
 Value Binary(Op op, const Value& a, const Value& b);
 Value Compare(CompareDir dir, const Value& a, const Value& b);

@@ -157,5 +157,7 @@ void SetEagerCpuLoopSource(EagerCpuLoop (*source)());
 // The body's value where eager's loop over a contiguous result of `dims` vectorizes, the tail's
 // where it does not (a select only when both occur).
 Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail);
+// round_f32(a * b + c) correctly rounded (a fused multiply-add), float32 operands of one shape.
+Value FusedMulAddF32(const Value& a, const Value& b, const Value& c);
 
 }  // namespace txla::ops

@@ -17,6 +17,13 @@ Value Lerp(const Value& x, const Value& e, const Value& w) {
   auto dims = BroadcastShapes(BroadcastShapes(x.dims(), e.dims()), w.dims());
   Value xb = BroadcastTo(x, dims), eb = BroadcastTo(e, dims), wb = BroadcastTo(w, dims);
   Value diff = ir::Binary(Op::kSub, eb, xb);
+  if (xb.dtype() == DType::kF32) {
+    // eager (float32, and bf16/f16 computed in float32): fmadd(w < 0.5 ? w : w - 1, end - self,
+    // w < 0.5 ? self : end), one rounding
+    Value small = ir::Compare(CompareDir::kLT, ir::Unary(Op::kAbs, wb), ir::Full(0.5, wb.shape()));
+    return ir::Select(small, FusedMulAddF32(wb, diff, xb),
+                      FusedMulAddF32(ir::Binary(Op::kSub, wb, ir::Full(1, wb.shape())), diff, eb));
+  }
   Value lo = ir::Binary(Op::kAdd, xb, ir::Binary(Op::kMul, wb, diff));
   Value hi = ir::Binary(Op::kSub, eb, ir::Binary(Op::kMul, diff, ir::Binary(Op::kSub, ir::Full(1, wb.shape()), wb)));
   Value small = ir::Compare(CompareDir::kLT, ir::Unary(Op::kAbs, wb), ir::Full(0.5, wb.shape()));
@@ -81,6 +88,14 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
         if (!same_shapes) return {tail};
         Value body = reverse ? result(product, other) : result(other, product);
         return {EagerBodyOrTail(dims, body, tail)};
+      }
+      if (ct == DType::kF32) {
+        // float32: eager's `self + alpha * other` is a fused multiply-add (vec::fmadd, and its
+        // scalar tail is contracted to one as well): one rounding
+        auto dims = BroadcastShapes(x.dims(), y.dims());
+        Value xs = BroadcastTo(x, dims), ys = BroadcastTo(y, dims), as = BroadcastTo(al, dims);
+        if (op == Op::kSub) as = ir::Unary(Op::kNeg, as);
+        return {Cast(reverse ? FusedMulAddF32(xs, as, ys) : FusedMulAddF32(ys, as, xs), t)};
       }
       scaled = product;
     }
@@ -518,16 +533,20 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
     return {Cast(Lerp(Cast(a.V(0), ct), Cast(a.V(1), ct), Cast(a.V(2), ct)), t)};
   }});
+  // self + value * t1 * t2 and self + value * t1 / t2, associated as eager's kernels write them
+  // ((value * t1) first: the other order rounds differently; Adam's addcdiv_ step was 1 ulp off)
   rows.push_back({"addcmul", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
-    Value p = Bin(Op::kMul, Cast(a.V(1), ct), Cast(a.V(2), ct));
-    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), ct, a.device));
+    Value p = Cast(a.V(1), ct);
+    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, ScalarV(a.S(3), ct, a.device), p);
+    p = Bin(Op::kMul, p, Cast(a.V(2), ct));
     return {Cast(Bin(Op::kAdd, Cast(a.V(0), ct), p), t)};
   }});
   rows.push_back({"addcdiv", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
-    Value p = Bin(Op::kDiv, Cast(a.V(1), ct), Cast(a.V(2), ct));
-    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, p, ScalarV(a.S(3), ct, a.device));
+    Value p = Cast(a.V(1), ct);
+    if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, ScalarV(a.S(3), ct, a.device), p);
+    p = Bin(Op::kDiv, p, Cast(a.V(2), ct));
     return {Cast(Bin(Op::kAdd, Cast(a.V(0), ct), p), t)};
   }});
   (void)In;
