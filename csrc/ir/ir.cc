@@ -60,7 +60,7 @@ const char* OpName(Op op) {
       "dot_general", "convolution", "gather", "scatter", "rng_bit_generator", "optimization_barrier", "all_reduce",
       "all_gather", "reduce_scatter", "all_to_all", "sharding",
       "lgamma", "digamma", "erfc", "bessel_i1e", "polygamma", "next_after", "zeta", "bitcast_convert",
-      "host_call", "cholesky", "triangular_solve", "eigh", "parameter", "while"};
+      "host_call", "cholesky", "triangular_solve", "eigh", "parameter", "while", "fma_f32"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Op::kNumOps), "op names");
   return kNames[static_cast<int>(op)];
 }
@@ -245,6 +245,15 @@ Value BitcastConvert(const Value& x, DType t) {
     Fail(std::string("bitcast_convert: ") + DTypeName(x.dtype()) + " and " + DTypeName(t) + " differ in width");
   }
   return Make(Op::kBitcastConvert, {x}, Shape(t, x.dims()));
+}
+
+Value FmaF32(const Value& a, const Value& b, const Value& c) {
+  CheckSameShape("fma_f32", a, b);
+  CheckSameShape("fma_f32", a, c);
+  if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || c.dtype() != DType::kF32) {
+    throw ShapeError("fma_f32: float32 operands expected");
+  }
+  return Make(Op::kFmaF32, {a, b, c}, a.shape());
 }
 
 namespace {

@@ -98,6 +98,9 @@ enum class Op : uint16_t {
   // Structured control flow (control_flow.h): a region's parameter (attrs.n = its index) and
   // stablehlo.while (regions: cond, body; operands and results: the carried values).
   kParameter, kWhile,
+  // round_f32(a * b + c), correctly rounded (a fused multiply-add), of float32 operands of one shape:
+  // lowered to exact float64 arithmetic (see FmaF32)
+  kFmaF32,
   kNumOps
 };
 const char* OpName(Op op);
@@ -186,6 +189,9 @@ Value Iota(const Shape& s, int64_t dim);
 Value Convert(const Value& x, DType t);
 // Reinterprets the bits of x as dtype t (same bit width).
 Value BitcastConvert(const Value& x, DType t);
+// round_f32(a * b + c) correctly rounded, float32 operands of one shape (one node; the lowering
+// computes it exactly from float64 arithmetic: see the emitter).
+Value FmaF32(const Value& a, const Value& b, const Value& c);
 // A float value whose producer is a multiply (through shape ops), and that value plus `neg_zero`
 // (a runtime -0.0 scalar of its dtype): the exact identity, which keeps XLA:CPU from fusing the
 // product into a consumer's add (one rounding where eager's separate kernels round twice).

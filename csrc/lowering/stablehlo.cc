@@ -615,11 +615,64 @@ class Emitter {
         throw std::runtime_error(
             "a value computed inside a loop body (while_loop / fori_loop / scan) is used outside its loop: "
             "only the loop's results can be");
+      case Op::kFmaF32:
+        EmitFmaF32(n);
+        return;
       case Op::kDeviceData:
       case Op::kNumOps:
         break;
     }
     throw std::runtime_error(std::string("no StableHLO emitter for op ") + ir::OpName(n.op));
+  }
+
+  // round_f32(a * b + c), correctly rounded: the product is exact in float64 (24 + 24 bits); the sum
+  // is rounded to odd there (TwoSum's error term says whether it was inexact, and an inexact sum
+  // whose last bit is even moves one ulp towards the error), and rounding a round-to-odd float64 to
+  // float32 is the correctly rounded result (53 >= 24 + 2 bits). Infinities and NaN keep the plain
+  // sum. XLA does not reassociate these float operations.
+  void EmitFmaF32(const Node& n) {
+    const Shape& out = n.shapes[0];
+    const std::string t32 = T(out), t64 = Shape(DType::kF64, out.dims).ToString(),
+                      ti = Shape(DType::kS64, out.dims).ToString(), tp = Shape(DType::kPred, out.dims).ToString();
+    auto line = [&](const std::string& op, const std::vector<std::string>& args, const std::string& types,
+                    const std::string& result) {
+      std::string r = "%r" + std::to_string(next_++);
+      body_ << "    " << r << " = \"stablehlo." << op << "\"(";
+      for (size_t i = 0; i < args.size(); ++i) body_ << (i ? ", " : "") << args[i];
+      body_ << ")" << types << " -> " << result << "\n";
+      return r;
+    };
+    auto to64 = [&](const Value& v) { return line("convert", {Name(v)}, " : (" + t32 + ")", t64); };
+    auto bin = [&](const char* op, const std::string& a, const std::string& b, const std::string& t) {
+      return line(op, {a, b}, " : (" + t + ", " + t + ")", t);
+    };
+    auto splat = [&](double v, DType d, const std::string& t) {
+      return line("constant", {}, " {value = " + ScalarLiteral(v, static_cast<int64_t>(v), d) + " : " + t + "} : ()", t);
+    };
+    auto cmp = [&](const char* dir, const char* kind, const std::string& a, const std::string& b, const std::string& t) {
+      return line("compare", {a, b},
+                  std::string(" {comparison_direction = #stablehlo<comparison_direction ") + dir +
+                      ">, compare_type = #stablehlo<comparison_type " + kind + ">} : (" + t + ", " + t + ")",
+                  tp);
+    };
+    const std::string a = to64(n.operands[0]), b = to64(n.operands[1]), c = to64(n.operands[2]);
+    const std::string p = bin("multiply", a, b, t64), sum = bin("add", p, c, t64);
+    const std::string bb = bin("subtract", sum, p, t64);
+    const std::string err = bin("add", bin("subtract", p, bin("subtract", sum, bb, t64), t64),
+                                bin("subtract", c, bb, t64), t64);
+    const std::string bits = line("bitcast_convert", {sum}, " : (" + t64 + ")", ti);
+    const std::string one = splat(1, DType::kS64, ti), zero_i = splat(0, DType::kS64, ti), zero = splat(0, DType::kF64, t64);
+    const std::string even = cmp("EQ", "SIGNED", bin("and", bits, one, ti), zero_i, ti);
+    const std::string inexact = cmp("NE", "FLOAT", err, zero, t64);
+    const std::string finite = line("is_finite", {sum}, " : (" + t64 + ")", tp);
+    const std::string nudge = bin("and", bin("and", even, inexact, tp), finite, tp);
+    // the error has the sum's sign: away from zero (+1 in the bits), else towards it (-1)
+    const std::string away = line("not", {bin("xor", cmp("GT", "FLOAT", err, zero, t64), cmp("GT", "FLOAT", sum, zero, t64), tp)},
+                                  " : (" + tp + ")", tp);
+    const std::string step = line("select", {away, one, splat(-1, DType::kS64, ti)}, " : (" + tp + ", " + ti + ", " + ti + ")", ti);
+    const std::string moved = line("select", {nudge, bin("add", bits, step, ti), bits}, " : (" + tp + ", " + ti + ", " + ti + ")", ti);
+    const std::string odd = line("bitcast_convert", {moved}, " : (" + ti + ")", t64);
+    names_[&n] = line("convert", {odd}, " : (" + t64 + ")", t32);
   }
 
   // A region (control_flow.h) as an MLIR region: its parameters are the block arguments; its nodes

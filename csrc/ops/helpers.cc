@@ -502,30 +502,7 @@ namespace txla::ops {
 
 // round_f32(a * b + c), correctly rounded, of float32 operands of one shape: eager's CPU kernels
 // compute `a + alpha * b` (add/sub with an alpha) and lerp as fused multiply-adds, which XLA has no
-// op for. The product is exact in float64 (24 + 24 bits); the sum is rounded to odd there (TwoSum's
-// error term says whether it was inexact, and an inexact sum with an even last bit moves one ulp
-// towards the error), and rounding a round-to-odd float64 value to float32 is the correctly rounded
-// result (53 >= 24 + 2 bits). Infinities and NaN pass through the plain sum.
-Value FusedMulAddF32(const Value& a, const Value& b, const Value& c) {
-  const DType f = DType::kF64;
-  const ir::Shape& s = a.shape();
-  ir::Shape fs(f, s.dims), is(DType::kS64, s.dims);
-  Value p = ir::Binary(ir::Op::kMul, Cast(a, f), Cast(b, f));
-  Value cc = Cast(c, f);
-  Value sum = ir::Binary(ir::Op::kAdd, p, cc);
-  Value bb = ir::Binary(ir::Op::kSub, sum, p);
-  Value err = ir::Binary(ir::Op::kAdd, ir::Binary(ir::Op::kSub, p, ir::Binary(ir::Op::kSub, sum, bb)),
-                         ir::Binary(ir::Op::kSub, cc, bb));
-  Value bits = ir::BitcastConvert(sum, DType::kS64);
-  Value even = ir::Compare(ir::CompareDir::kEQ, ir::Binary(ir::Op::kAnd, bits, ir::Full(1, is)), ir::Full(0, is));
-  Value inexact = ir::Compare(ir::CompareDir::kNE, err, ir::Full(0, fs));
-  Value nudge = ir::Binary(ir::Op::kAnd, ir::Binary(ir::Op::kAnd, even, inexact), ir::Unary(ir::Op::kIsFinite, sum));
-  // same sign as the sum: away from zero (+1 in the bits), else towards it (-1)
-  Value away = ir::Compare(ir::CompareDir::kEQ, ir::Compare(ir::CompareDir::kGT, err, ir::Full(0, fs)),
-                           ir::Compare(ir::CompareDir::kGT, sum, ir::Full(0, fs)));
-  Value step = ir::Select(away, ir::Full(1, is), ir::Full(-1, is));
-  Value odd = ir::BitcastConvert(ir::Select(nudge, ir::Binary(ir::Op::kAdd, bits, step), bits), f);
-  return Cast(odd, DType::kF32);
-}
+// op for. One IR node (ir::FmaF32); the emitter writes the exact float64 computation.
+Value FusedMulAddF32(const Value& a, const Value& b, const Value& c) { return ir::FmaF32(a, b, c); }
 
 }  // namespace txla::ops
