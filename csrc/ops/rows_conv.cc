@@ -707,9 +707,19 @@ BnOut BatchNorm(const Value& x, std::optional<Value> w, std::optional<Value> b, 
     r.rm = *rm;
     r.rv = *rv;
   }
-  Value y = ir::Binary(Op::kMul, ir::Binary(Op::kSub, xc, PerChannel(mean, xc)), PerChannel(invstd, xc));
-  if (w) y = ir::Binary(Op::kMul, y, PerChannel(Cast(*w, ct), xc));
-  if (b) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*b, ct), xc));
+  Value y;
+  if (ct == DType::kF32) {
+    // eager's transform: alpha = invstd * w, beta = b - mean * alpha, out = x * alpha + beta, the
+    // last two fused multiply-adds in its kernel (float32 outputs bit-equal; the other grouping was
+    // 1 ulp off in half of them)
+    Value alpha = w ? ir::Binary(Op::kMul, invstd, Cast(*w, ct)) : invstd;
+    Value beta = ir::FmaF32(ir::Unary(Op::kNeg, mean), alpha, b ? Cast(*b, ct) : ir::Full(0, alpha.shape()));
+    y = ir::FmaF32(xc, PerChannel(alpha, xc), PerChannel(beta, xc));
+  } else {
+    y = ir::Binary(Op::kMul, ir::Binary(Op::kSub, xc, PerChannel(mean, xc)), PerChannel(invstd, xc));
+    if (w) y = ir::Binary(Op::kMul, y, PerChannel(Cast(*w, ct), xc));
+    if (b) y = ir::Binary(Op::kAdd, y, PerChannel(Cast(*b, ct), xc));
+  }
   r.out = Cast(y, x.dtype());
   // Eager returns the saved statistics in the input's dtype.
   r.mean = Cast(r.mean, x.dtype());
