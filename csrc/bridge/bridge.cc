@@ -1178,7 +1178,9 @@ static ops::EagerCpuLoop EagerCpuLoopNow() {
     const std::string cap = at::get_cpu_capability();  // "AVX512", "AVX2", "DEFAULT", ...
     return cap == "AVX512" || cap == "AVX2" ? 32 : 0;
   }();
+  static const bool avx512 = at::get_cpu_capability() == "AVX512";
   loop.step16 = step16;
+  loop.avx512 = avx512;
   loop.threads = at::get_num_threads();
   return loop;
 }

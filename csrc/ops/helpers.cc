@@ -466,15 +466,33 @@ std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel) {
   return shape;
 }
 
+double RoundToFloatType(double v, DType t) {
+  if (t != DType::kF16 && t != DType::kBF16 && t != DType::kF32) return v;
+  const float f = static_cast<float>(v);
+  if (t == DType::kF32 || !std::isfinite(f) || f == 0) return f;
+  const bool half = t == DType::kF16;
+  const int mant = half ? 10 : 7, min_exp = half ? -14 : -126;  // explicit mantissa bits, smallest normal exponent
+  int e;
+  std::frexp(static_cast<double>(std::fabs(f)), &e);  // |f| in [2^(e-1), 2^e)
+  const int exp = std::max(e - 1, min_exp);
+  const double quantum = std::ldexp(1.0, exp - mant);
+  double r = std::nearbyint(std::fabs(f) / quantum) * quantum;  // ties to even (the default mode)
+  if (half && r > 65504) r = INFINITY;
+  if (!half && r >= 0x1p128) r = INFINITY;
+  return std::copysign(r, f);
+}
+
 namespace {
 EagerCpuLoop (*g_eager_loop_source)() = nullptr;
 }  // namespace
 
 void SetEagerCpuLoopSource(EagerCpuLoop (*source)()) { g_eager_loop_source = source; }
 
-Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail) {
+Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail, int elem_bytes,
+                      bool avx512_kernel) {
   const EagerCpuLoop loop = g_eager_loop_source ? g_eager_loop_source() : EagerCpuLoop{};
-  const int64_t n = ProductOf(dims), v = loop.step16;
+  const int64_t n = ProductOf(dims);
+  const int64_t v = loop.step16 * 2 / std::max(1, elem_bytes) * (avx512_kernel && loop.avx512 ? 2 : 1);
   if (v <= 0) return tail;
   constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE: smaller loops run on one thread
   const int64_t threads = n < kGrain ? 1 : std::max<int64_t>(1, std::min<int64_t>(loop.threads, (n + kGrain - 1) / kGrain));

@@ -261,6 +261,30 @@ Rule SameDTypes(std::vector<std::pair<size_t, size_t>> pairs) {
   };
 }
 
+// c10's C++ name of a dtype, as its "expected dtype" messages print it.
+std::string C10Name(DType t) {
+  const char* name;
+  double lo, hi;
+  if (C10Range(t, &name, &lo, &hi)) return name;
+  switch (t) {
+    case DType::kF64: return "double";
+    case DType::kPred: return "bool";
+    case DType::kC64: return "c10::complex<float>";
+    case DType::kC128: return "c10::complex<double>";
+    default: return TypeName(t);
+  }
+}
+
+// lerp's meta checks, before its dtype dispatch: `end` has self's dtype; a tensor weight too unless
+// it is 0-dim (then it is converted).
+void LerpDTypes(OpArgs& a, bool tensor_weight) {
+  DType t = a.V(0).dtype();
+  if (a.V(1).dtype() != t) a.Fail("expected dtype " + C10Name(t) + " for `end` but got dtype " + C10Name(a.V(1).dtype()));
+  if (tensor_weight && a.V(2).rank() > 0 && a.V(2).dtype() != t) {
+    a.Fail("expected dtype " + C10Name(t) + " for `weight` but got dtype " + C10Name(a.V(2).dtype()));
+  }
+}
+
 const std::unordered_map<std::string, Rule>& Rules() {
   static const auto* rules = new std::unordered_map<std::string, Rule>{
       {"native_layer_norm", [](OpArgs& a) {
@@ -272,8 +296,14 @@ const std::unordered_map<std::string, Rule>& Rules() {
        }},
       {"_softmax", FloatKernel("softmax_lastdim_kernel_impl")},
       {"_log_softmax", FloatKernel("log_softmax_lastdim_kernel_impl")},
-      {"lerp.Scalar", FloatKernel("lerp_kernel_scalar")},
-      {"lerp.Tensor", FloatKernel("lerp_kernel_tensor")},
+      {"lerp.Scalar", [](OpArgs& a) {
+         LerpDTypes(a, false);
+         FloatKernel("lerp_kernel_scalar")(a);
+       }},
+      {"lerp.Tensor", [](OpArgs& a) {
+         LerpDTypes(a, true);
+         FloatKernel("lerp_kernel_tensor")(a);
+       }},
       {"var.correction", [](OpArgs& a) {
          DType t = a.V(0).dtype();
          if (!ir::IsFloating(t) && !IsComplexT(t)) a.Fail("std and var only support floating point and complex dtypes");

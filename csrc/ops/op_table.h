@@ -152,11 +152,18 @@ std::vector<int64_t> InferViewShape(std::vector<int64_t> shape, int64_t numel);
 struct EagerCpuLoop {
   int step16 = 0;
   int threads = 1;
+  bool avx512 = false;  // kernels ATen also builds for AVX512 step by twice as many elements there
 };
 void SetEagerCpuLoopSource(EagerCpuLoop (*source)());
 // The body's value where eager's loop over a contiguous result of `dims` vectorizes, the tail's
 // where it does not (a select only when both occur).
-Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail);
+// v converted to t as c10 converts a double Scalar (to float, then to bf16/f16, round to nearest
+// even; float16 overflows to inf past 65504); other dtypes: v.
+double RoundToFloatType(double v, DType t);
+// elem_bytes: the result dtype's size (the body steps by step16 * 2 / elem_bytes elements);
+// avx512_kernel: the kernel has an AVX512 build (pow's does, add's and maximum's do not).
+Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail, int elem_bytes = 2,
+                      bool avx512_kernel = false);
 // round_f32(a * b + c) correctly rounded (a fused multiply-add), float32 operands of one shape.
 Value FusedMulAddF32(const Value& a, const Value& b, const Value& c);
 

@@ -109,8 +109,12 @@ OpFn BinaryArith(Op op, bool scalar_other) {
     const TensorArg& self = a.T(0);
     DType t = scalar_other ? ResultType({&self}, {&a.S(1)}) : ResultType({&self, &a.T(1)});
     DType ct = OpMath(t);
-    Value x = Cast(self.v, ct);
-    Value y = scalar_other ? ScalarV(a.S(1), ct, a.device) : Cast(a.V(1), ct);
+    Value x = ToOpMath(self.v, t);
+    // bf16/f16 mul reads a one-element second operand unrounded (eager's mul_kernel scalar path);
+    // max/min/pow round every operand to the result dtype first
+    const bool original = op == Op::kMul && (scalar_other || a.V(1).shape().numel() == 1);
+    Value y = scalar_other ? (original ? ScalarV(a.S(1), ct, a.device) : Cast(ScalarV(a.S(1), t, a.device), ct))
+                           : (original ? Cast(a.V(1), ct) : ToOpMath(a.V(1), t));
     if (t == DType::kPred && op == Op::kMul) return {Bin(Op::kAnd, x, y)};
     return {Cast(Bin(op, x, y), t)};
   };
@@ -133,20 +137,23 @@ Value FloorDivInt(const Value& x, const Value& y) {
 // Eager's div_floor_floating: b == 0 gives a / b; otherwise the quotient of (a - fmod(a, b)) / b,
 // corrected toward floor, rounded to nearest, with a signed zero for zero quotients. Infinite
 // operands follow from fmod (NaN for a = inf, a itself for b = inf), as in eager.
-Value FloorDivFloat(const Value& x, const Value& y) {
+// round_to (bf16/f16): every intermediate rounded to it, as eager's loops over two bf16/f16
+// tensors compute (Vectorized<Half> arithmetic; 2048 // -0.897 is -2280 there, -2282 in float32).
+Value FloorDivFloat(const Value& x, const Value& y, std::optional<DType> round_to = std::nullopt) {
   auto dims = BroadcastShapes(x.dims(), y.dims());
   Value a = BroadcastTo(x, dims), b = BroadcastTo(y, dims);
   const ir::Shape& s = a.shape();
   auto F = [&](double v) { return ir::Full(v, s); };
+  auto R = [&](const Value& v) { return round_to ? Cast(Cast(v, *round_to), v.dtype()) : v; };
   auto lt0 = [&](const Value& v) { return ir::Compare(CompareDir::kLT, v, F(0)); };
-  Value q = ir::Binary(Op::kDiv, a, b);
-  Value mod = ir::Binary(Op::kRem, a, b);
-  Value div = ir::Binary(Op::kDiv, ir::Binary(Op::kSub, a, mod), b);
+  Value q = R(ir::Binary(Op::kDiv, a, b));
+  Value mod = R(ir::Binary(Op::kRem, a, b));
+  Value div = R(ir::Binary(Op::kDiv, R(ir::Binary(Op::kSub, a, mod)), b));
   Value fix = ir::Binary(Op::kAnd, ir::Compare(CompareDir::kNE, mod, F(0)),
                          ir::Compare(CompareDir::kNE, lt0(b), lt0(mod)));
-  div = ir::Select(fix, ir::Binary(Op::kSub, div, F(1)), div);
+  div = ir::Select(fix, R(ir::Binary(Op::kSub, div, F(1))), div);
   Value fl = ir::Unary(Op::kFloor, div);
-  fl = ir::Select(ir::Compare(CompareDir::kGT, ir::Binary(Op::kSub, div, fl), F(0.5)), ir::Binary(Op::kAdd, fl, F(1)), fl);
+  fl = ir::Select(ir::Compare(CompareDir::kGT, R(ir::Binary(Op::kSub, div, fl)), F(0.5)), R(ir::Binary(Op::kAdd, fl, F(1))), fl);
   // div == 0: copysign(0, a / b).
   Value zero = ir::Select(lt0(q), F(-0.0), ir::Select(ir::Compare(CompareDir::kGT, q, F(0)), F(0), q));
   Value r = ir::Select(ir::Compare(CompareDir::kEQ, div, F(0)), zero, fl);
@@ -154,24 +161,28 @@ Value FloorDivFloat(const Value& x, const Value& y) {
 }
 
 V DivMode(OpArgs& a, const Value& other_in, const std::optional<std::string>& mode, DType t) {
+  // bf16/f16 with a one-element divisor: eager's scalar path reads the divisor unrounded
+  // (`original_scalar_value`); otherwise both operands are rounded to the result dtype first
+  auto divisor = [&](DType ft) {
+    return other_in.shape().numel() == 1 ? Cast(other_in, OpMath(ft)) : ToOpMath(other_in, ft);
+  };
   if (!mode) {
     DType ft = FloatOf(t);
-    return {Cast(TrueDiv(Cast(a.V(0), OpMath(ft)), Cast(other_in, OpMath(ft))), ft)};
+    return {Cast(TrueDiv(ToOpMath(a.V(0), ft), divisor(ft)), ft)};
   }
-  // Eager rounds the bf16/f16 quotient before trunc, but floors in float32 (div_floor_floating) --
-  // of operands already rounded to bf16/f16 (a Python scalar 70000. is inf in f16).
+  // Eager rounds the bf16/f16 quotient before trunc. It floors a one-element divisor in float32
+  // (div_floor_floating), two tensors with every step rounded to the dtype.
   if (OpMath(t) != t && mode && *mode == "floor") {
-    DType ct = OpMath(t);
-    return {Cast(FloorDivFloat(Cast(Cast(a.V(0), t), ct), Cast(Cast(other_in, t), ct)), t)};
+    const bool scalar = other_in.shape().numel() == 1;
+    return {Cast(FloorDivFloat(ToOpMath(a.V(0), t), divisor(t), scalar ? std::nullopt : std::optional<DType>(t)), t)};
   }
-  if (OpMath(t) != t && *mode == "trunc" && other_in.rank() == 0) {
+  if (OpMath(t) != t && *mode == "trunc" && other_in.shape().numel() == 1) {
     // eager's trunc division of float16/bfloat16 by a scalar (a Python number or a 0-dim tensor)
     // takes its CPU-scalar path: the divisor as given (not rounded to the dtype first: -inf / 70000.
     // is -inf, where the float16 divisor inf would give nan; fuzz seed 55128), the quotient
     // truncated in float32, then rounded once (float16 10000 / 3 is 3332, not 3334). A tensor
     // divisor keeps the form of eager's vectorized loop below (quotient rounded, then truncated).
-    DType ct = OpMath(t);
-    Value q = Bin(Op::kDiv, Cast(Cast(a.V(0), t), ct), Cast(other_in, ct));
+    Value q = Bin(Op::kDiv, ToOpMath(a.V(0), t), divisor(t));
     q = ir::Select(ir::Compare(CompareDir::kLT, q, ir::Full(0, q.shape())), ir::Unary(Op::kCeil, q),
                    ir::Unary(Op::kFloor, q));
     return {Cast(q, t)};
@@ -269,14 +280,32 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   rows.push_back({"rsub.Scalar", AddSub(Op::kSub, true, true)});
   rows.push_back({"mul.Tensor", BinaryArith(Op::kMul, false)});
   rows.push_back({"mul.Scalar", BinaryArith(Op::kMul, true)});
-  rows.push_back({"maximum", BinaryArith(Op::kMax, false)});
-  rows.push_back({"minimum", BinaryArith(Op::kMin, false)});
+  for (bool is_max : {true, false}) {
+    rows.push_back({is_max ? "maximum" : "minimum", [is_max, arith = BinaryArith(is_max ? Op::kMax : Op::kMin, false)](OpArgs& a) -> V {
+      DType t = ResultType({&a.T(0), &a.T(1)});
+      if (!ir::IsFloating(t)) return arith(a);
+      // Floats: NaN if either is NaN; at ties (0.0 vs -0.0) eager's vectorized body gives the
+      // second operand, its scalar tail (std::max/min) the first. Which elements take which follows
+      // eager's loop when each operand has the result's shape or one element; other broadcasts
+      // loop row by row (the body's choice, as before).
+      DType ct = OpMath(t);
+      auto dims = BroadcastShapes(a.V(0).dims(), a.V(1).dims());
+      Value x = BroadcastTo(ToOpMath(a.V(0), t), dims), y = BroadcastTo(ToOpMath(a.V(1), t), dims);
+      const CompareDir wins = is_max ? CompareDir::kGT : CompareDir::kLT;
+      Value body = ir::Select(ir::Compare(wins, x, y), x, y);
+      Value tail = ir::Select(ir::Compare(wins, y, x), y, x);
+      auto flat = [&](const Value& v) { return v.dims() == dims || v.shape().numel() == 1; };
+      Value r = flat(a.V(0)) && flat(a.V(1)) ? EagerBodyOrTail(dims, body, tail, t == DType::kF64 ? 8 : t == DType::kF32 ? 4 : 2) : body;
+      Value nan = ir::Binary(Op::kOr, ir::Compare(CompareDir::kNE, x, x), ir::Compare(CompareDir::kNE, y, y));
+      return {Cast(ir::Select(nan, ir::Full(NAN, x.shape()), r), t)};
+    }});
+  }
   rows.push_back({"div.Tensor", [](OpArgs& a) -> V {
     return DivMode(a, a.V(1), std::nullopt, ResultType({&a.T(0), &a.T(1)}));
   }});
   rows.push_back({"div.Scalar", [](OpArgs& a) -> V {
     DType t = FloatOf(ResultType({&a.T(0)}, {&a.S(1)})), ct = OpMath(t);
-    return {Cast(Bin(Op::kDiv, Cast(a.V(0), ct), ScalarV(a.S(1), ct, a.device)), t)};
+    return {Cast(Bin(Op::kDiv, ToOpMath(a.V(0), t), ScalarV(a.S(1), ct, a.device)), t)};
   }});
   rows.push_back({"div.Tensor_mode", [](OpArgs& a) -> V {
     std::optional<std::string> mode;
@@ -290,6 +319,9 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     double ev = e.AsDouble();
     if (ev == 1.0) return {x};
     if (ev == 0.0) return {ir::Full(1, x.shape())};  // eager fills ones (any base, bool included)
+    // bf16/f16: eager's kernels take the exponent in the tensor's dtype (x ** 3.0004 is x ** 3.0,
+    // and bf16 takes its cube form); float16 has no special forms: std::pow throughout
+    if (t == DType::kBF16 || t == DType::kF16) ev = RoundToFloatType(ev, t);
     if (ir::IsIntegral(t, true)) {
       if (ev == 2.0) return {ir::Binary(Op::kMul, x, x)};
       if (ev < 0 && e.kind != Scalar::kFloat) {
@@ -307,15 +339,32 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
       Value sq = ir::Binary(Op::kMul, xc, xc);
       return t == DType::kBF16 ? Cast(Cast(sq, t), ct) : sq;
     };
+    auto is = [&](double v) { return ir::Compare(CompareDir::kEQ, xc, ir::Full(v, xc.shape())); };
     if (ev == 2.0) r = ir::Binary(Op::kMul, xc, xc);
     else if (ev == 3.0) r = ir::Binary(Op::kMul, square(), xc);
-    else if (ev == 0.5) r = ir::Unary(Op::kSqrt, xc);
-    else if (ev == -0.5) r = ir::Unary(Op::kRsqrt, xc);
+    else if (ev == 0.5) {
+      r = ir::Unary(Op::kSqrt, xc);
+      // float16's pow(-0., 0.5) = 0, pow(-inf, 0.5) = inf (sqrt gives -0. and nan); bfloat16's too
+      // when the exponent only rounds to 0.5 (eager's square-root dispatch tests the exponent as given)
+      if (t == DType::kF16 || (t == DType::kBF16 && e.AsDouble() != 0.5)) r = ir::Select(is(0), ir::Full(0, xc.shape()), ir::Select(is(-INFINITY), ir::Full(INFINITY, xc.shape()), r));
+    } else if (ev == -0.5) {
+      if (t == DType::kBF16) {
+        // eager's bf16 kernel (an AVX512 build): its vectorized body rounds 1 / sqrt(x) once, its
+        // scalar tail rounds the square root first
+        Value body = Cast(ir::Unary(Op::kRsqrt, xc), t);
+        Value tail = Cast(ir::Binary(Op::kDiv, one(), Cast(Cast(ir::Unary(Op::kSqrt, xc), t), ct)), t);
+        r = Cast(EagerBodyOrTail(xc.dims(), body, tail, 2, true), ct);
+      } else {
+        r = ir::Unary(Op::kRsqrt, xc);
+      }
+      // float16's pow(+-0., -0.5) = inf, pow(-inf, -0.5) = 0
+      if (t == DType::kF16) r = ir::Select(is(0), ir::Full(INFINITY, xc.shape()), ir::Select(is(-INFINITY), ir::Full(0, xc.shape()), r));
+    }
     else if (ev == -1.0) r = ir::Binary(Op::kDiv, one(), xc);
     else if (ev == -2.0) r = ir::Binary(Op::kDiv, one(), square());
     // f16/bf16: eager converts the exponent to the tensor's dtype first (x ** 1.7 is x ** 1.703125
     // in bf16), then computes in float32
-    else r = Bin(Op::kPow, xc, ct == t ? ScalarV(e, ct, a.device) : Cast(ScalarV(e, t, a.device), ct));
+    else r = Bin(Op::kPow, xc, ct == t ? ScalarV(e, ct, a.device) : ScalarV(ev, ct, a.device));
     return {Cast(r, t)};
   }});
   rows.push_back({"pow.Tensor_Tensor", BinaryArith(Op::kPow, false)});
@@ -527,27 +576,27 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"lerp.Scalar", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
-    return {Cast(Lerp(Cast(a.V(0), ct), Cast(a.V(1), ct), ScalarV(a.S(2), ct, a.device)), t)};
+    return {Cast(Lerp(ToOpMath(a.V(0), t), ToOpMath(a.V(1), t), ScalarV(a.S(2), ct, a.device)), t)};
   }});
   rows.push_back({"lerp.Tensor", [](OpArgs& a) -> V {
-    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
-    return {Cast(Lerp(Cast(a.V(0), ct), Cast(a.V(1), ct), Cast(a.V(2), ct)), t)};
+    DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)});
+    return {Cast(Lerp(ToOpMath(a.V(0), t), ToOpMath(a.V(1), t), ToOpMath(a.V(2), t)), t)};
   }});
   // self + value * t1 * t2 and self + value * t1 / t2, associated as eager's kernels write them
   // ((value * t1) first: the other order rounds differently; Adam's addcdiv_ step was 1 ulp off)
   rows.push_back({"addcmul", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
-    Value p = Cast(a.V(1), ct);
+    Value p = ToOpMath(a.V(1), t);
     if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, ScalarV(a.S(3), ct, a.device), p);
-    p = Bin(Op::kMul, p, Cast(a.V(2), ct));
-    return {Cast(Bin(Op::kAdd, Cast(a.V(0), ct), p), t)};
+    p = Bin(Op::kMul, p, ToOpMath(a.V(2), t));
+    return {Cast(Bin(Op::kAdd, ToOpMath(a.V(0), t), p), t)};
   }});
   rows.push_back({"addcdiv", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)}), ct = OpMath(t);
-    Value p = Cast(a.V(1), ct);
+    Value p = ToOpMath(a.V(1), t);
     if (a.S(3).AsDouble() != 1.0) p = Bin(Op::kMul, ScalarV(a.S(3), ct, a.device), p);
-    p = Bin(Op::kDiv, p, Cast(a.V(2), ct));
-    return {Cast(Bin(Op::kAdd, Cast(a.V(0), ct), p), t)};
+    p = Bin(Op::kDiv, p, ToOpMath(a.V(2), t));
+    return {Cast(Bin(Op::kAdd, ToOpMath(a.V(0), t), p), t)};
   }});
   (void)In;
 }

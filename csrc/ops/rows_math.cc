@@ -130,8 +130,10 @@ Value LogAddExp(const Value& a, const Value& b, bool base2) {
   return ir::Select(ir::Binary(Op::kAnd, IsInf(a), Eq(a, b)), a, r);
 }
 
-Value XLogY(const Value& x, const Value& y) {
-  Value r = ir::Select(Eq(x, C(0, x)), C(0, x), Mul(x, Log(y)));
+// bf16/f16: eager's kernel computes `x * std::log(y)` in the reduced type, so log(y) is rounded
+// to it before the product (round_to; the product is rounded by the caller).
+Value XLogY(const Value& x, const Value& y, DType round_to) {
+  Value r = ir::Select(Eq(x, C(0, x)), C(0, x), Mul(x, Cast(Cast(Log(y), round_to), y.dtype())));
   return ir::Select(IsNan(y), y, r);
 }
 
@@ -189,7 +191,10 @@ void AddMathRows(std::vector<OpRow>& rows) {
   rows.push_back({"hypot", MathBinary(Hypot)});
   rows.push_back({"logaddexp", MathBinary([](const Value& a, const Value& b) { return LogAddExp(a, b, false); })});
   rows.push_back({"logaddexp2", MathBinary([](const Value& a, const Value& b) { return LogAddExp(a, b, true); })});
-  rows.push_back({"xlogy.Tensor", MathBinary(XLogY)});
+  rows.push_back({"xlogy.Tensor", [](OpArgs& a) -> V {
+    DType out = FloatOf(ResultType({&a.T(0), &a.T(1)}));
+    return MathBinary([out](const Value& x, const Value& y) { return XLogY(x, y, out); })(a);
+  }});
 
   // floor_divide: division rounded down (div(..., rounding_mode='floor')), as eager today.
   rows.push_back({"floor_divide", [](OpArgs& a) -> V {

@@ -249,10 +249,43 @@ void AddSpecialRows(std::vector<OpRow>& rows) {
     r = ir::Select(Lt(x, C(0, x)), C(-INFINITY, x), r);
     return ir::Select(IsNan(x), x, r);
   })});
-  rows.push_back({"special_xlog1py", FloatBinary([](const Value& x, const Value& y) {
-    Value r = ir::Select(Eq(x, C(0, x)), C(0, x), Mul(x, ir::Unary(Op::kLog1p, y)));
-    return ir::Select(IsNan(y), y, r);
-  })});
+  rows.push_back({"special_xlog1py", [](OpArgs& a) -> V {
+    // bf16/f16: log1p(y) rounded to the reduced type before the product, as eager (see xlogy)
+    DType out = FloatOf(ResultType({&a.T(0), &a.T(1)}));
+    return FloatBinary([out](const Value& x, const Value& y) {
+      Value r = ir::Select(Eq(x, C(0, x)), C(0, x), Mul(x, Cast(Cast(ir::Unary(Op::kLog1p, y), out), y.dtype())));
+      return ir::Select(IsNan(y), y, r);
+    })(a);
+  }});
+  rows.push_back({"ldexp.Tensor", [](OpArgs& a) -> V {
+    // A float tensor times 2 ** an integer tensor: eager's CPU kernel (std::ldexp), exact up to
+    // the result's one rounding (0 * 2 ** 2049 is 0, where x * pow(2, e) gives 0 * inf = nan).
+    Value x = a.V(0), e = a.V(1);
+    if (!ir::IsFloating(x.dtype()) || !ir::IsIntegral(e.dtype(), false)) throw NotLowered{};  // bool: eager's error
+    const DType t = x.dtype();
+    auto dims = BroadcastShapes(x.dims(), e.dims());
+    if (dims != x.dims()) throw NotLowered{};  // the result has self's shape (eager's error otherwise)
+    Value k = BroadcastTo(Cast(e, DType::kS64), dims);
+    auto clamp = [&](const Value& v, int64_t lo, int64_t hi) {
+      return ir::Binary(Op::kMax, ir::Binary(Op::kMin, v, CInt(hi, v)), CInt(lo, v));
+    };
+    // 2 ** j for j in [-1074, 1023] as float64 bits (subnormal powers below -1022)
+    auto pow2 = [&](const Value& j) {
+      Value normal = ir::Binary(Op::kShiftLeft, Add(j, CInt(1023, j)), CInt(52, j));
+      Value sub = ir::Binary(Op::kShiftLeft, CInt(1, j), Add(j, CInt(1074, j)));
+      return ir::BitcastConvert(ir::Select(Lt(j, CInt(-1022, j)), sub, normal), DType::kF64);
+    };
+    Value xd = BroadcastTo(Cast(x, DType::kF64), dims);
+    if (t != DType::kF64) {
+      // |x| in [2^-149, 2^128): past +-400 every nonzero finite result over- or underflows
+      return {Cast(Mul(xd, pow2(clamp(k, -400, 400))), t)};
+    }
+    // float64: two exact steps, the last one rounding (an intermediate below the normal range only
+    // occurs when the result rounds to zero anyway)
+    k = clamp(k, -2200, 2200);
+    Value last = clamp(k, -1074, 1023), first = clamp(Sub(k, last), -1074, 1023);
+    return {Mul(Mul(xd, pow2(first)), pow2(last))};
+  }});
   rows.push_back({"nextafter", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)});
     if (!ir::IsFloating(t)) throw NotLowered{};  // integers: eager's error, on the CPU
