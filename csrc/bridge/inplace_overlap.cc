@@ -165,6 +165,8 @@ bool OverlappingView(const at::Tensor& self) {
          at::has_internal_overlap(self) != at::MemOverlap::Yes;  // stride 0: eager's own error follows
 }
 
+bool OnXla(const at::Tensor& self) { return self.device().type() == c10::DeviceType::XLA; }
+
 // Writes `source`'s elements into `self`'s storage as `replay` (the op, run by eager on CPU index
 // buffers: `window` laid out as self, `ids` holding each source element's row-major index) says
 // they land: per location, the element written last. One index_put_ into a flat view of the
@@ -217,7 +219,7 @@ bool CopyIntoOverlappingView(at::Tensor& self, const at::Tensor& src) {
 }
 
 at::Tensor& CopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (self.device().type() == c10::DeviceType::XLA) {
+  if (OnXla(self)) {
     CheckArg<false>(self, src);
     at::AutoDispatchBelowADInplaceOrView guard;
     if (CopyIntoOverlappingView(self, src)) return self;
@@ -225,21 +227,30 @@ at::Tensor& CopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const a
   return Redispatch<at::_ops::copy_>(ks, self, src, non_blocking);
 }
 
+// An index-writing op into an overlapping view: when `self` is one and `source` can be written
+// into it, replays the op (`replay(window, ids)` on CPU index buffers) and writes the source's
+// elements where eager's would land; false otherwise (the op runs as usual).
+bool ReplayIntoOverlappingView(at::Tensor& self, const at::Tensor& source,
+                               const std::function<void(at::Tensor&, const at::Tensor&)>& replay) {
+  if (!OverlappingView(self) || !source.defined() || source.is_complex() != self.is_complex()) return false;
+  at::AutoDispatchBelowADInplaceOrView guard;
+  WriteAsReplayed(self, source, SourceIds(source), replay);
+  return true;
+}
+
 at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
                                    const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& values,
                                    bool accumulate) {
-  if (self.device().type() == c10::DeviceType::XLA) {
+  if (OnXla(self)) {
     CheckArg<true>(self, indices);
     CheckArg<true>(self, values);
-    if (!accumulate && OverlappingView(self) && values.defined() && values.is_complex() == self.is_complex()) {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      c10::List<std::optional<at::Tensor>> cpu;
-      for (const std::optional<at::Tensor> t : indices) {
-        cpu.push_back(t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::nullopt);
-      }
-      WriteAsReplayed(self, values, SourceIds(values), [&](at::Tensor& window, const at::Tensor& ids) {
-        window.index_put_(cpu, ids, false);
-      });
+    if (!accumulate && ReplayIntoOverlappingView(self, values, [&](at::Tensor& window, const at::Tensor& ids) {
+          c10::List<std::optional<at::Tensor>> cpu;
+          for (const std::optional<at::Tensor> t : indices) {
+            cpu.push_back(t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : std::nullopt);
+          }
+          window.index_put_(cpu, ids, false);
+        })) {
       return self;
     }
   }
@@ -248,15 +259,12 @@ at::Tensor& IndexPutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self,
 
 at::Tensor& ScatterSrcInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, int64_t dim, const at::Tensor& index,
                                      const at::Tensor& src) {
-  if (self.device().type() == c10::DeviceType::XLA) {
+  if (OnXla(self)) {
     CheckArg<true>(self, index);
     CheckArg<true>(self, src);
-    if (OverlappingView(self) && src.defined() && src.is_complex() == self.is_complex() && index.defined()) {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      at::Tensor idx = index.cpu();
-      WriteAsReplayed(self, src, SourceIds(src), [&](at::Tensor& window, const at::Tensor& ids) {
-        window.scatter_(dim, idx, ids);
-      });
+    if (index.defined() && ReplayIntoOverlappingView(self, src, [&](at::Tensor& window, const at::Tensor& ids) {
+          window.scatter_(dim, index.cpu(), ids);
+        })) {
       return self;
     }
   }
@@ -265,15 +273,12 @@ at::Tensor& ScatterSrcInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, i
 
 at::Tensor& IndexCopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, int64_t dim, const at::Tensor& index,
                                     const at::Tensor& source) {
-  if (self.device().type() == c10::DeviceType::XLA) {
+  if (OnXla(self)) {
     CheckArg<true>(self, index);
     CheckArg<true>(self, source);
-    if (OverlappingView(self) && source.defined() && source.is_complex() == self.is_complex() && index.defined()) {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      at::Tensor idx = index.cpu();
-      WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
-        window.index_copy_(dim, idx, ids);
-      });
+    if (index.defined() && ReplayIntoOverlappingView(self, source, [&](at::Tensor& window, const at::Tensor& ids) {
+          window.index_copy_(dim, index.cpu(), ids);
+        })) {
       return self;
     }
   }
@@ -284,16 +289,13 @@ at::Tensor& IndexCopyInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, in
 // winning; with accumulate it reads what it writes and stays refused for such views.
 at::Tensor& PutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& index,
                               const at::Tensor& source, bool accumulate) {
-  if (self.device().type() == c10::DeviceType::XLA) {
+  if (OnXla(self)) {
     CheckArg<true>(self, index);
     CheckArg<true>(self, source);
-    if (!accumulate && OverlappingView(self) && source.defined() && source.is_complex() == self.is_complex() &&
-        index.defined()) {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      at::Tensor idx = index.cpu();
-      WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
-        window.put_(idx, ids, false);
-      });
+    if (!accumulate && index.defined() &&
+        ReplayIntoOverlappingView(self, source, [&](at::Tensor& window, const at::Tensor& ids) {
+          window.put_(index.cpu(), ids, false);
+        })) {
       return self;
     }
   }
@@ -302,14 +304,10 @@ at::Tensor& PutInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at
 
 at::Tensor& MaskedScatterInplaceChecked(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& mask,
                                         const at::Tensor& source) {
-  if (self.device().type() == c10::DeviceType::XLA && OverlappingView(self) && source.defined() &&
-      source.is_complex() == self.is_complex() && mask.scalar_type() == at::kBool &&
-      at::is_expandable_to(mask.sizes(), self.sizes())) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    at::Tensor m = mask.cpu();
-    WriteAsReplayed(self, source, SourceIds(source), [&](at::Tensor& window, const at::Tensor& ids) {
-      window.masked_scatter_(m, ids);
-    });
+  if (OnXla(self) && mask.scalar_type() == at::kBool && at::is_expandable_to(mask.sizes(), self.sizes()) &&
+      ReplayIntoOverlappingView(self, source, [&](at::Tensor& window, const at::Tensor& ids) {
+        window.masked_scatter_(mask.cpu(), ids);
+      })) {
     return self;
   }
   return Redispatch<at::_ops::masked_scatter_>(ks, self, mask, source);
