@@ -457,7 +457,9 @@ def test_inplace_on_strided_view_keeps_eager_layout():
            lambda v, d: v.clamp_(torch.zeros(3, 1, device=d)), lambda v, d: v.copy_(torch.ones(3, 1, device=d)),
            lambda v, d: v.lerp_(torch.ones(3, 1, device=d), 0.5), lambda v, d: v.index_fill_(0, torch.tensor([0], device=d), 2.0),
            lambda v, d: v.masked_scatter_(torch.tensor([[True], [False], [False]], device=d), torch.ones(6, device=d)),
-           lambda v, d: v.relu_(), lambda v, d: v.zero_()]
+           lambda v, d: v.relu_(), lambda v, d: v.zero_(),
+           lambda v, d: v.masked_fill_(torch.tensor(True, device=d), 2.5),  # a 0-dim mask
+           lambda v, d: v.masked_fill_(torch.tensor(True, device=d), torch.tensor(-2.0, device=d))]
     views = [lambda t: t.t(), lambda t: t.view(2, 3, 1).transpose(0, 1)[:, :, 0]]
     for op in ops:
         for mk in views:
