@@ -2546,3 +2546,15 @@ def test_ldexp_with_integer_exponents_as_eager():
         for it in (torch.int32, torch.int64, torch.int8):
             x, e = x0.to(dt), e0.to(it)
             assert _same_bits(torch.ldexp(x, e), torch.ldexp(x.to(DEV), e.to(DEV)).cpu()), (dt, it)
+
+
+def test_abs_compared_with_zero_keeps_nan():
+    """abs(x) >= 0 is false for NaN; XLA's simplifier folded it to true (fuzz seed 85502:
+    `v.abs_(); v >= 0` gave True for a NaN). Every direction, zero on either side."""
+    x = torch.tensor([math.nan, -1.0, 2.0, -0.0, -math.inf, 1e-40])
+    fs = [lambda v: v.abs() >= 0, lambda v: 0 <= v.abs(), lambda v: v.abs() > 0, lambda v: v.abs() < 0,
+          lambda v: torch.ge(v.abs(), torch.zeros(6, device=v.device)), lambda v: v.abs() != 0,
+          lambda v: v.abs().view(2, 3) >= 0, lambda v: v.abs() >= -0.0]
+    for f in fs:
+        for dt in (torch.float32, torch.float64, torch.bfloat16):
+            assert torch.equal(f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()), dt
