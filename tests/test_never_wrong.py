@@ -2558,3 +2558,17 @@ def test_abs_compared_with_zero_keeps_nan():
     for f in fs:
         for dt in (torch.float32, torch.float64, torch.bfloat16):
             assert torch.equal(f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()), dt
+
+
+def test_chained_constants_added_round_each_step_as_eager():
+    """(x + 1) - 1: XLA's simplifier folded the two constants into x + 0, one rounding where eager
+    rounds twice (x = 1e-8 gave 1e-8 instead of 0, -0.0 stayed -0.0). Chains of additions and
+    subtractions of constants (0 and 1 are constants in the graph) round at each step now."""
+    x = torch.tensor([1e-8, 1.3e-7, -0.0, 0.5, 1e-20, -1.0, 3.0])
+    fs = [lambda v: (v + 1) - 1, lambda v: (v - 1) + 1, lambda v: (v + 1) + 1, lambda v: 1 - (1 - v),
+          lambda v: v.sub(1).add(1), lambda v: (v + 1).view(7, 1).t() - 1, lambda v: ((v + 1) + 1) - 1,
+          lambda v: (v + 1) - torch.ones(7, device=v.device), lambda v: 1 + (v + 1)]
+    for f in fs:
+        for dt in (torch.float32, torch.float64):
+            want, got = f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()
+            assert torch.equal(want, got) and torch.equal(want.signbit(), got.signbit()), (dt, want, got)

@@ -323,6 +323,34 @@ Value OpaqueDivisor(const Value& b) {
   return Opaque(b);
 }
 
+// The node below broadcasts, converts and reshapes.
+const Node* ThroughShape(const Value& v) {
+  const Node* n = v.node.get();
+  while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape ||
+                          n->op == Op::kTranspose) &&
+         n->operands.size() == 1) {
+    n = n->operands[0].node.get();
+  }
+  return n;
+}
+bool IsFloatConstant(const Value& v) {
+  const Node* n = ThroughShape(v);
+  return IsFloating(v.dtype()) && n != nullptr && n->op == Op::kConstant;
+}
+// An add or subtract with a constant operand.
+bool AddsConstant(const Value& v) {
+  const Node* n = ThroughShape(v);
+  if (n == nullptr || (n->op != Op::kAdd && n->op != Op::kSub) || n->operands.size() != 2) return false;
+  return IsFloatConstant(n->operands[0]) || IsFloatConstant(n->operands[1]);
+}
+// A constant XLA cannot see as one (the scalar made opaque, then broadcast again).
+Value OpaqueConstant(const Value& b) {
+  if (b.node->op == Op::kBroadcastInDim && b.node->operands.size() == 1 && b.node->operands[0].rank() == 0) {
+    return BroadcastInDim(Opaque(b.node->operands[0]), b.dims(), {});
+  }
+  return Opaque(b);
+}
+
 // Integer a ** b as eager's kernel computes it: exponentiation by squaring over every bit of the
 // exponent, wrapping on overflow; a negative exponent gives 1 for a base of 1, +-1 for -1 (by the
 // exponent's parity), 0 otherwise. XLA's integer power read only the exponent's low bits
@@ -455,6 +483,13 @@ Value Binary(Op op, const Value& a, const Value& b) {
   if (op == Op::kAdd && IsFloating(a.dtype())) {  // -0.0 + 0.0 is +0.0 (see IsPlusZeroConstant)
     if (IsPlusZeroConstant(b)) return PlusZero(a);
     if (IsPlusZeroConstant(a)) return PlusZero(b);
+  }
+  if ((op == Op::kAdd || op == Op::kSub) && IsFloating(a.dtype())) {
+    // (A + C1) + C2 => A + (C1 + C2): XLA's simplifier folds the two constants, which rounds once
+    // where eager rounds twice (`(x + 1) - 1` gave x; eager's is 0 for x = 1e-8 and +0.0 for -0.0).
+    // The second constant is made opaque.
+    if (IsFloatConstant(b) && AddsConstant(a)) return Make(op, {a, OpaqueConstant(b)}, a.shape());
+    if (IsFloatConstant(a) && AddsConstant(b)) return Make(op, {OpaqueConstant(a), b}, a.shape());
   }
   return Make(op, {a, b}, a.shape());
 }
