@@ -95,18 +95,7 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
         auto dims = BroadcastShapes(x.dims(), y.dims());
         Value xs = BroadcastTo(x, dims), ys = BroadcastTo(y, dims), as = BroadcastTo(al, dims);
         if (op == Op::kSub) as = ir::Unary(Op::kNeg, as);
-        Value fused = reverse ? FusedMulAddF32(xs, as, ys) : FusedMulAddF32(ys, as, xs);
-        // A one-element scaled operand (a Python number, a 0-dim tensor): eager's vectorized body
-        // is the same fused multiply-add, its scalar tail adds the product rounded first
-        // (`x + round(other * alpha)`).
-        const Value& scaled = reverse ? x : y;
-        const Value& other = reverse ? y : x;
-        if (scaled.shape().numel() == 1 && (other.dims() == dims || other.shape().numel() == 1)) {
-          Value product = ir::NoContract(Bin(Op::kMul, scaled, al), ScalarV(-0.0, ct, a.device));
-          Value tail = reverse ? result(product, other) : result(other, product);
-          fused = EagerBodyOrTail(dims, Cast(fused, t), tail, 4);
-        }
-        return {Cast(fused, t)};
+        return {Cast(reverse ? FusedMulAddF32(xs, as, ys) : FusedMulAddF32(ys, as, xs), t)};
       }
       scaled = product;
     }
