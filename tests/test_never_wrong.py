@@ -2561,7 +2561,7 @@ def test_abs_compared_with_zero_keeps_nan():
 
 
 def test_chained_constants_added_round_each_step_as_eager():
-    """(x + 1) - 1: XLA's simplifier folded the two constants into x + 0, one rounding where eager
+    """(x + 1) - 1 (and sqrt(x) ** 2): XLA's simplifier folded the two constants into x + 0, one rounding where eager
     rounds twice (x = 1e-8 gave 1e-8 instead of 0, -0.0 stayed -0.0). Chains of additions and
     subtractions of constants (0 and 1 are constants in the graph) round at each step now."""
     x = torch.tensor([1e-8, 1.3e-7, -0.0, 0.5, 1e-20, -1.0, 3.0])
@@ -2572,3 +2572,9 @@ def test_chained_constants_added_round_each_step_as_eager():
         for dt in (torch.float32, torch.float64):
             want, got = f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()
             assert torch.equal(want, got) and torch.equal(want.signbit(), got.signbit()), (dt, want, got)
+    # sqrt(A) * sqrt(A) => A: the root and the square each round in eager (sqrt(2) ** 2 is
+    # 1.9999999); values whose float32 root eager rounds correctly (its sqrt is not always)
+    r = torch.tensor([2.0, 3.0, 0.5, 5.0, 7.0, 10.0])
+    for f in (lambda v: v.sqrt() ** 2, lambda v: v.sqrt() * v.sqrt()):
+        for dt in (torch.float32, torch.float64):
+            assert torch.equal(f(r.to(dt)), f(r.to(dt).to(DEV)).cpu()), dt

@@ -438,6 +438,10 @@ Value Binary(Op op, const Value& a, const Value& b) {
   if ((op == Op::kMul || op == Op::kDiv) && Produces(a, Op::kExp) && Produces(b, Op::kExp)) {
     return Make(op, {a, Opaque(b)}, a.shape());  // exp(A)*exp(B) => exp(A+B) (see Opaque)
   }
+  if (op == Op::kMul && IsFloating(a.dtype()) && ProducesThroughShape(a, Op::kSqrt) && ProducesThroughShape(b, Op::kSqrt)) {
+    // sqrt(A) * sqrt(A) => A: eager rounds the root, then the square (sqrt(2) ** 2 is 1.9999999)
+    return Make(op, {a, Opaque(b)}, a.shape());
+  }
   if (op == Op::kDiv && IsFloating(a.dtype()) &&
       (ProducesThroughShape(a, Op::kDiv) || ProducesThroughShape(b, Op::kDiv))) {
     // (A/B)/C => A/(B*C) and A/(B/C) => (A*C)/B overflow where eager's two roundings do not
