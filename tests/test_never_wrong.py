@@ -2513,7 +2513,8 @@ def test_reduced_float_pow_and_floor_division_forms_as_eager():
     has bf16 when the exponent only rounds to 0.5; bf16 x ** -0.5 is 1 / sqrt(x) with the root
     rounded. Floor division of two bf16/f16 tensors rounds every step to the dtype (2048 // -0.897
     is -2280), with a one-element divisor it runs in float32 (-2282). maximum/minimum of 0.0 and
-    -0.0 give the second operand in eager's vectorized body and the first in its scalar tail."""
+    -0.0 give the second operand in eager's vectorized body and the first in its scalar tail; clamp
+    by tensor bounds likewise (the bound, or x)."""
     x0 = torch.cat([torch.tensor([-0., 0., -math.inf, math.inf, -1., 2., 3.5, -1.5, 1e-3, 300.]),
                     torch.randn(60, generator=torch.Generator().manual_seed(3))])
     for dt in (torch.float16, torch.bfloat16):
@@ -2528,11 +2529,20 @@ def test_reduced_float_pow_and_floor_division_forms_as_eager():
             assert _same_bits(a // b, (a.to(DEV) // b.to(DEV)).cpu()), (dt, n)
             assert _same_bits(a // b[:1], (a.to(DEV) // b[:1].to(DEV)).cpu()), (dt, n)
     for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        for n in (8, 40, 100):
+        for n in (8, 20, 40, 100):
             z, nz = torch.zeros(n, dtype=dt), torch.full((n,), -0.0, dtype=dt)
             for f in (torch.maximum, torch.minimum):
                 for p, q in ((z, nz), (nz, z), (z, torch.tensor(-0.0, dtype=dt))):
                     assert _same_bits(f(p, q), f(p.to(DEV), q.to(DEV)).cpu()), (dt, n, f)
+            # clamp by tensor bounds: the bound at ties in eager's body, x in its tail; NaN anywhere
+            # gives NaN
+            w = torch.where(torch.arange(n) % 3 == 0, torch.tensor(math.nan), torch.ones(n)).to(dt)
+            for f in (lambda x, lo, hi: torch.clamp(x, min=lo), lambda x, lo, hi: torch.clamp(x, max=hi),
+                      lambda x, lo, hi: torch.clamp(x, lo, hi), lambda x, lo, hi: torch.clamp_min(x, lo),
+                      lambda x, lo, hi: torch.clamp_max(x, hi), lambda x, lo, hi: torch.clamp(x, lo[:1], hi)):
+                for x, lo, hi in ((nz, z, z), (z, nz, nz), (z, nz, z), (nz, nz, z), (nz, z, nz), (w, z, nz), (z, w, nz)):
+                    want, got = f(x, lo, hi), f(x.to(DEV), lo.to(DEV), hi.to(DEV)).cpu()
+                    assert _same_bits(want, got), (dt, n)
 
 
 def test_ldexp_with_integer_exponents_as_eager():

@@ -122,6 +122,45 @@ OpFn BinaryArith(Op op, bool scalar_other) {
 
 Value TrueDiv(const Value& x, const Value& y) { return Bin(Op::kDiv, x, y); }
 
+// clamp by tensor bounds (all of the result's dtype). Floats: NaN if x or a bound is NaN; at ties
+// (0.0 vs -0.0) eager's vectorized body gives the bound (vec::minimum(vec::maximum(x, lo), hi)), its
+// scalar tail x (std::min(std::max(x, lo), hi)); which elements take which follows eager's loop
+// when every operand has the result's shape or one element (other broadcasts: the body's choice).
+Value ClampByTensors(const Value& x, const std::optional<Value>& lo, const std::optional<Value>& hi) {
+  const DType t = x.dtype();
+  if (!ir::IsFloating(t)) {
+    Value r = x;
+    if (lo) r = Bin(Op::kMax, r, *lo);
+    if (hi) r = Bin(Op::kMin, r, *hi);
+    return r;
+  }
+  std::vector<int64_t> dims = x.dims();
+  if (lo) dims = BroadcastShapes(dims, lo->dims());
+  if (hi) dims = BroadcastShapes(dims, hi->dims());
+  auto flat = [&](const Value& v) { return v.dims() == dims || v.shape().numel() == 1; };
+  const bool follow_loop = flat(x) && (!lo || flat(*lo)) && (!hi || flat(*hi));
+  Value xb = BroadcastTo(x, dims);
+  std::optional<Value> lb, hb;
+  if (lo) lb = BroadcastTo(*lo, dims);
+  if (hi) hb = BroadcastTo(*hi, dims);
+  auto lt = [](const Value& p, const Value& q) { return ir::Compare(CompareDir::kLT, p, q); };
+  auto isnan = [](const Value& v) { return ir::Compare(CompareDir::kNE, v, v); };
+  Value body = xb, tail = xb, nan = isnan(xb);
+  if (lb) {
+    body = ir::Select(lt(*lb, body), body, *lb);  // ties: the bound
+    tail = ir::Select(lt(tail, *lb), *lb, tail);  // ties: x
+    nan = ir::Binary(Op::kOr, nan, isnan(*lb));
+  }
+  if (hb) {
+    body = ir::Select(lt(body, *hb), body, *hb);
+    tail = ir::Select(lt(*hb, tail), *hb, tail);
+    nan = ir::Binary(Op::kOr, nan, isnan(*hb));
+  }
+  const int bytes = t == DType::kF64 ? 8 : t == DType::kF32 ? 4 : 2;
+  Value r = follow_loop ? EagerBodyOrTail(dims, body, tail, bytes) : body;
+  return ir::Select(nan, ir::Full(NAN, r.shape()), r);
+}
+
 Value FloorDivInt(const Value& x, const Value& y) {
   auto dims = BroadcastShapes(x.dims(), y.dims());
   Value a = BroadcastTo(x, dims), b = BroadcastTo(y, dims);
@@ -553,10 +592,8 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
     if (a.OptV(1)) ts.push_back(&a.T(1));
     if (a.OptV(2)) ts.push_back(&a.T(2));
     DType t = ResultType(ts);
-    Value x = Cast(a.V(0), t);
-    if (auto lo = a.OptV(1)) x = Bin(Op::kMax, x, Cast(*lo, t));
-    if (auto hi = a.OptV(2)) x = Bin(Op::kMin, x, Cast(*hi, t));
-    return {x};
+    return {ClampByTensors(Cast(a.V(0), t), a.OptV(1) ? std::optional<Value>(Cast(*a.OptV(1), t)) : std::nullopt,
+                           a.OptV(2) ? std::optional<Value>(Cast(*a.OptV(2), t)) : std::nullopt)};
   }});
   rows.push_back({"clamp_min", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0)}, {&a.S(1)});
@@ -568,11 +605,11 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"clamp_min.Tensor", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)});
-    return {Bin(Op::kMax, Cast(a.V(0), t), Cast(a.V(1), t))};
+    return {ClampByTensors(Cast(a.V(0), t), Cast(a.V(1), t), std::nullopt)};
   }});
   rows.push_back({"clamp_max.Tensor", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)});
-    return {Bin(Op::kMin, Cast(a.V(0), t), Cast(a.V(1), t))};
+    return {ClampByTensors(Cast(a.V(0), t), std::nullopt, Cast(a.V(1), t))};
   }});
   rows.push_back({"lerp.Scalar", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
