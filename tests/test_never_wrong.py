@@ -2588,16 +2588,3 @@ def test_chained_constants_added_round_each_step_as_eager():
     for f in (lambda v: v.sqrt() ** 2, lambda v: v.sqrt() * v.sqrt()):
         for dt in (torch.float32, torch.float64):
             assert torch.equal(f(r.to(dt)), f(r.to(dt).to(DEV)).cpu()), dt
-
-
-def test_product_of_constants_keeps_the_sign_of_zero():
-    """An op's product is kept from fusing into a consumer's add by an exact identity; as an added
-    runtime -0.0 it turned `zeros * 0` (which XLA folds to the constant 0) into the -0.0 itself
-    (`torch.zeros_like(x) * 0` gave -0.0 everywhere). A multiply by a runtime 1.0 now."""
-    y = torch.tensor([0.5, -2.0, 0.0, math.nan])
-    fs = [lambda v: torch.zeros_like(v) * 0, lambda v: 0 * torch.where(v > 0, 0, 0.0),
-          lambda v: torch.where(v > 0, 0.0, 0.0) * 1, lambda v: (v * 0) * 0, lambda v: torch.zeros_like(v) * -1,
-          lambda v: (torch.zeros_like(v) * 0).view(2, 2) + 0, lambda v: torch.ones_like(v) * 0 - 0]
-    for f in fs:
-        want, got = f(y), f(y.to(DEV)).cpu()
-        assert torch.equal(want.signbit(), got.signbit()) and torch.allclose(want, got, equal_nan=True), (want, got)

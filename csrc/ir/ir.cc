@@ -390,13 +390,10 @@ Value PlusZero(const Value& r) {
 // An op's float product result, made non-contractible for its consumers: XLA:CPU lets LLVM fuse a
 // multiply and a following add into one fused multiply-add (one rounding), so `buf.mul_(0.9)` then
 // `.add_(grad)` (SGD's momentum) rounded once where eager's two kernels round twice (a quarter of
-// the float32 results 1 ulp off). The product is multiplied by 1.0, the exact identity, passed in
-// as a runtime scalar (a constant, even behind a barrier, reaches LLVM, which folds `x * 1` away):
-// a consumer's add can then only fuse with that second multiply, whose operand is already rounded.
-// (Adding a runtime -0.0 did the same until XLA folded a constant product: `zeros * 0` became
-// `0 + (-0.0)`, simplified to the -0.0 parameter.) Looks through reshapes, transposes and
-// broadcasts, which XLA fuses as well.
-constexpr int64_t kNoContractTag = 0x4e43;  // marks NoContract's multiply (not a product to guard again)
+// the float32 results 1 ulp off). Adding -0.0 is the exact identity; passed in as a runtime scalar
+// (a constant, even behind a barrier, reaches LLVM, which folds `x + -0.0` away), the product then
+// rounds on its own (fma(a, b, -0.0)) before any consumer's add. Looks through reshapes, transposes
+// and broadcasts, which XLA fuses as well.
 bool ContractibleProduct(const Value& v) {
   if (!v || !IsFloating(v.dtype())) return false;
   const Node* n = v.node.get();
@@ -404,14 +401,12 @@ bool ContractibleProduct(const Value& v) {
          n->operands.size() == 1) {
     n = n->operands[0].node.get();
   }
-  return n != nullptr && n->op == Op::kMul && n->attrs.n != kNoContractTag;
+  return n != nullptr && n->op == Op::kMul;
 }
 
-Value NoContract(const Value& v, const Value& one) {
-  Value z = v.rank() > 0 ? BroadcastInDim(one, v.dims(), {}) : one;
-  Attrs at;
-  at.n = kNoContractTag;
-  return Make(Op::kMul, {v, z}, v.shape(), at);
+Value NoContract(const Value& v, const Value& neg_zero) {
+  Value z = v.rank() > 0 ? BroadcastInDim(neg_zero, v.dims(), {}) : neg_zero;
+  return Make(Op::kAdd, {v, z}, v.shape());
 }
 
 Value Unary(Op op, const Value& x_in) {
