@@ -2588,3 +2588,27 @@ def test_chained_constants_added_round_each_step_as_eager():
     for f in (lambda v: v.sqrt() ** 2, lambda v: v.sqrt() * v.sqrt()):
         for dt in (torch.float32, torch.float64):
             assert torch.equal(f(r.to(dt)), f(r.to(dt).to(DEV)).cpu()), dt
+
+
+def test_signed_zero_ties_follow_eagers_loop_under_broadcasting():
+    """maximum/minimum/clamp by tensors at ties of 0.0 and -0.0 under broadcasting: eager's
+    TensorIterator runs the trailing dims it can coalesce as rows, each split into a vectorized body
+    (ties give the second operand / the bound) and a scalar tail (the first / x); with two inputs
+    broadcast along that inner loop nothing is vectorized."""
+    for dt in (torch.float32, torch.bfloat16):
+        for shp in ((40,), (4, 20), (2, 3, 37)):
+            n = math.prod(shp)
+            g = torch.Generator().manual_seed(n)
+
+            def r(s):
+                v = torch.zeros(s, dtype=dt)
+                return torch.where(torch.rand(s, generator=g) < 0.5, -v, v)
+            x = r(shp)
+            variants = [(x, r(shp), r(shp)), (x, r(shp[-1:]), r(shp)), (x, r(shp[:-1] + (1,)), r(shp)),
+                        (x, r(shp[:-1] + (1,)), r(shp[:-1] + (1,))), (r([1] * len(shp)), r(shp), r(shp[-1:]))]
+            for xx, lo, hi in variants:
+                for f in (lambda x, lo, hi: torch.clamp(x, min=lo), lambda x, lo, hi: torch.clamp(x, max=hi),
+                          lambda x, lo, hi: torch.clamp(x, lo, hi), lambda x, lo, hi: torch.maximum(x, lo),
+                          lambda x, lo, hi: torch.minimum(lo, x), lambda x, lo, hi: torch.maximum(hi, lo)):
+                    want, got = f(xx, lo, hi), f(xx.to(DEV), lo.to(DEV), hi.to(DEV)).cpu()
+                    assert torch.equal(want.signbit(), got.signbit()), (dt, shp, xx.shape, lo.shape, hi.shape)

@@ -514,6 +514,39 @@ Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const
   return ir::Select(ir::Reshape(mask, dims), tail, body);
 }
 
+Value EagerLoopBodyOrTail(const std::vector<int64_t>& dims, const std::vector<std::vector<int64_t>>& inputs,
+                          const Value& body, const Value& tail, int elem_bytes, bool avx512_kernel) {
+  const int64_t n = ProductOf(dims);
+  const int rank = static_cast<int>(dims.size());
+  // each input's dim i (right-aligned): 1 = full, 0 = broadcast; result dims of size 1 are skipped
+  auto status = [&](const std::vector<int64_t>& in, int i) {
+    const int j = i - (rank - static_cast<int>(in.size()));
+    return j >= 0 && in[j] == dims[i] ? 1 : 0;
+  };
+  int64_t inner = 1;
+  std::vector<int> block;  // the inner block's status per input
+  for (int i = rank - 1; i >= 0; --i) {
+    if (dims[i] == 1) continue;
+    std::vector<int> st;
+    for (const auto& in : inputs) st.push_back(status(in, i));
+    if (block.empty()) block = st;
+    else if (st != block) break;
+    inner *= dims[i];
+  }
+  int scalars = 0;
+  for (int v : block) scalars += v == 0;
+  if (n <= 1 || scalars > 1) return tail;  // no vectorized loop
+  if (inner == n) return EagerBodyOrTail(dims, body, tail, elem_bytes, avx512_kernel);
+  constexpr int64_t kGrain = 32768;
+  if (n >= kGrain) return body;
+  // rows of `inner` elements, each split as a one-row loop: the body's mask of one row, repeated
+  std::vector<int64_t> row{inner};
+  ir::Shape ms(DType::kPred, {inner});
+  Value row_tail = EagerBodyOrTail(row, ir::Full(0, ms), ir::Full(1, ms), elem_bytes, avx512_kernel);
+  Value mask = ir::Reshape(ir::BroadcastInDim(row_tail, {n / inner, inner}, {1}), dims);
+  return ir::Select(mask, tail, body);
+}
+
 }  // namespace txla::ops
 
 namespace txla::ops {

@@ -164,6 +164,13 @@ double RoundToFloatType(double v, DType t);
 // avx512_kernel: the kernel has an AVX512 build (pow's does, add's and maximum's do not).
 Value EagerBodyOrTail(const std::vector<int64_t>& dims, const Value& body, const Value& tail, int elem_bytes = 2,
                       bool avx512_kernel = false);
+// EagerBodyOrTail for an elementwise op whose inputs have `inputs` dims (broadcast to `dims`): eager's
+// TensorIterator coalesces the trailing dims in which every input is either full or broadcast
+// alike, and runs that inner loop per row; it vectorizes only when at most one input is broadcast
+// (stride 0) there, else every element takes the scalar path. Rows split as EagerBodyOrTail's.
+// Results of 32768 elements or more (several threads) take the body.
+Value EagerLoopBodyOrTail(const std::vector<int64_t>& dims, const std::vector<std::vector<int64_t>>& inputs,
+                          const Value& body, const Value& tail, int elem_bytes = 2, bool avx512_kernel = false);
 // round_f32(a * b + c) correctly rounded (a fused multiply-add), float32 operands of one shape.
 Value FusedMulAddF32(const Value& a, const Value& b, const Value& c);
 

@@ -137,8 +137,9 @@ Value ClampByTensors(const Value& x, const std::optional<Value>& lo, const std::
   std::vector<int64_t> dims = x.dims();
   if (lo) dims = BroadcastShapes(dims, lo->dims());
   if (hi) dims = BroadcastShapes(dims, hi->dims());
-  auto flat = [&](const Value& v) { return v.dims() == dims || v.shape().numel() == 1; };
-  const bool follow_loop = flat(x) && (!lo || flat(*lo)) && (!hi || flat(*hi));
+  std::vector<std::vector<int64_t>> inputs{x.dims()};
+  if (lo) inputs.push_back(lo->dims());
+  if (hi) inputs.push_back(hi->dims());
   Value xb = BroadcastTo(x, dims);
   std::optional<Value> lb, hb;
   if (lo) lb = BroadcastTo(*lo, dims);
@@ -157,7 +158,7 @@ Value ClampByTensors(const Value& x, const std::optional<Value>& lo, const std::
     nan = ir::Binary(Op::kOr, nan, isnan(*hb));
   }
   const int bytes = t == DType::kF64 ? 8 : t == DType::kF32 ? 4 : 2;
-  Value r = follow_loop ? EagerBodyOrTail(dims, body, tail, bytes) : body;
+  Value r = EagerLoopBodyOrTail(dims, inputs, body, tail, bytes);
   return ir::Select(nan, ir::Full(NAN, r.shape()), r);
 }
 
@@ -333,8 +334,7 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
       const CompareDir wins = is_max ? CompareDir::kGT : CompareDir::kLT;
       Value body = ir::Select(ir::Compare(wins, x, y), x, y);
       Value tail = ir::Select(ir::Compare(wins, y, x), y, x);
-      auto flat = [&](const Value& v) { return v.dims() == dims || v.shape().numel() == 1; };
-      Value r = flat(a.V(0)) && flat(a.V(1)) ? EagerBodyOrTail(dims, body, tail, t == DType::kF64 ? 8 : t == DType::kF32 ? 4 : 2) : body;
+      Value r = EagerLoopBodyOrTail(dims, {a.V(0).dims(), a.V(1).dims()}, body, tail, t == DType::kF64 ? 8 : t == DType::kF32 ? 4 : 2);
       Value nan = ir::Binary(Op::kOr, ir::Compare(CompareDir::kNE, x, x), ir::Compare(CompareDir::kNE, y, y));
       return {Cast(ir::Select(nan, ir::Full(NAN, x.shape()), r), t)};
     }});
