@@ -2612,3 +2612,21 @@ def test_signed_zero_ties_follow_eagers_loop_under_broadcasting():
                           lambda x, lo, hi: torch.minimum(lo, x), lambda x, lo, hi: torch.maximum(hi, lo)):
                     want, got = f(xx, lo, hi), f(xx.to(DEV), lo.to(DEV), hi.to(DEV)).cpu()
                     assert torch.equal(want.signbit(), got.signbit()), (dt, shp, xx.shape, lo.shape, hi.shape)
+
+
+def test_product_of_constants_keeps_the_sign_of_zero():
+    """An op's product is kept from fusing into a consumer's add by an exact identity (ir::NoContract);
+    as an added runtime -0.0 it turned `zeros * 0` (which XLA folds to the constant 0, and then
+    `0 + p` to p) into the -0.0 itself (`torch.zeros_like(x) * 0` gave -0.0 everywhere). It
+    subtracts a runtime +0.0 now."""
+    y = torch.tensor([0.5, -2.0, 0.0, -0.0, math.nan, math.inf])
+    fs = [lambda v: torch.zeros_like(v) * 0, lambda v: 0 * torch.where(v > 0, 0, 0.0),
+          lambda v: torch.where(v > 0, 0.0, 0.0) * 1, lambda v: (v * 0) * 0, lambda v: torch.zeros_like(v) * -1,
+          lambda v: (torch.zeros_like(v) * 0).view(2, 3) + 0, lambda v: torch.ones_like(v) * 0 - 0,
+          lambda v: v * 1, lambda v: v * -1.0 + 0.0, lambda v: (v * 0.5).t() if v.dim() == 2 else v * 0.5]
+    for f in fs:
+        for dt in (torch.float32, torch.float64, torch.bfloat16):
+            want, got = f(y.to(dt)), f(y.to(dt).to(DEV)).cpu()
+            num = ~want.isnan()  # NaN sign bits are a known gap (README)
+            assert want.dtype == got.dtype and torch.equal(want.signbit()[num], got.signbit()[num]), (dt, want, got)
+            assert torch.allclose(want, got, equal_nan=True), (dt, want, got)

@@ -432,9 +432,9 @@ std::map<ScalarKey, Value>& ScalarCache() {
 }
 }  // namespace
 
-Value ScalarValue(double v, int64_t iv, DType t, int device, double imag) {
+Value ScalarValue(double v, int64_t iv, DType t, int device, double imag, bool always_data) {
   bool is_int = ir::IsIntegral(t, true);
-  if (imag == 0 && ((is_int && (iv == 0 || iv == 1)) || (!is_int && (v == 0.0 || v == 1.0) && !std::signbit(v)))) {
+  if (!always_data && imag == 0 && ((is_int && (iv == 0 || iv == 1)) || (!is_int && (v == 0.0 || v == 1.0) && !std::signbit(v)))) {
     return is_int ? ir::ConstantInt(iv, t) : ir::Constant(v, t);
   }
   uint64_t bits, ibits;

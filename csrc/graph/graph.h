@@ -103,7 +103,8 @@ void DataToHost(const ir::DeviceData& d, void* dst);
 
 // ---- Scalars as graph inputs: 0 and 1 are constants; other values are uploaded once and cached,
 // so changing a scalar (learning rate, bias correction) never recompiles.
-ir::Value ScalarValue(double v, int64_t iv, ir::DType t, int device, double imag = 0);
+// always_data: uploaded even for 0 and 1 (a value XLA must not see as a constant).
+ir::Value ScalarValue(double v, int64_t iv, ir::DType t, int device, double imag = 0, bool always_data = false);
 
 // ---- Device RNG: the seed is a device tensor, a graph input.
 void SetSeed(uint64_t seed, int device);

@@ -390,10 +390,12 @@ Value PlusZero(const Value& r) {
 // An op's float product result, made non-contractible for its consumers: XLA:CPU lets LLVM fuse a
 // multiply and a following add into one fused multiply-add (one rounding), so `buf.mul_(0.9)` then
 // `.add_(grad)` (SGD's momentum) rounded once where eager's two kernels round twice (a quarter of
-// the float32 results 1 ulp off). Adding -0.0 is the exact identity; passed in as a runtime scalar
-// (a constant, even behind a barrier, reaches LLVM, which folds `x + -0.0` away), the product then
-// rounds on its own (fma(a, b, -0.0)) before any consumer's add. Looks through reshapes, transposes
-// and broadcasts, which XLA fuses as well.
+// the float32 results 1 ulp off). Subtracting +0.0 is the exact identity (-0.0 - 0.0 is -0.0);
+// passed in as a runtime scalar (a constant, even behind a barrier, reaches LLVM, which folds
+// `x - 0.0` away), the product then rounds on its own (fma(a, b, -0.0)) before any consumer's add.
+// A subtraction rather than an added -0.0: when XLA folds the product itself to the constant +0.0
+// (`zeros_like(x) * 0`), its simplifier rewrites `0.0 + p` into p, the -0.0, but leaves
+// `0.0 - p` alone. Looks through reshapes, transposes and broadcasts, which XLA fuses as well.
 bool ContractibleProduct(const Value& v) {
   if (!v || !IsFloating(v.dtype())) return false;
   const Node* n = v.node.get();
@@ -404,9 +406,9 @@ bool ContractibleProduct(const Value& v) {
   return n != nullptr && n->op == Op::kMul;
 }
 
-Value NoContract(const Value& v, const Value& neg_zero) {
-  Value z = v.rank() > 0 ? BroadcastInDim(neg_zero, v.dims(), {}) : neg_zero;
-  return Make(Op::kAdd, {v, z}, v.shape());
+Value NoContract(const Value& v, const Value& zero) {
+  Value z = v.rank() > 0 ? BroadcastInDim(zero, v.dims(), {}) : zero;
+  return Make(Op::kSub, {v, z}, v.shape());
 }
 
 Value Unary(Op op, const Value& x_in) {

@@ -192,11 +192,11 @@ Value BitcastConvert(const Value& x, DType t);
 // round_f32(a * b + c) correctly rounded, float32 operands of one shape (one node; the lowering
 // computes it exactly from float64 arithmetic: see the emitter).
 Value FmaF32(const Value& a, const Value& b, const Value& c);
-// A float value whose producer is a multiply (through shape ops), and that value plus `neg_zero`
-// (a runtime -0.0 scalar of its dtype): the exact identity, which keeps XLA:CPU from fusing the
+// A float value whose producer is a multiply (through shape ops), and that value minus `zero`
+// (a runtime +0.0 scalar of its dtype): the exact identity, which keeps XLA:CPU from fusing the
 // product into a consumer's add (one rounding where eager's separate kernels round twice).
 bool ContractibleProduct(const Value& v);
-Value NoContract(const Value& v, const Value& neg_zero);
+Value NoContract(const Value& v, const Value& zero);
 Value Unary(Op op, const Value& x);
 Value Binary(Op op, const Value& a, const Value& b);
 Value Compare(CompareDir dir, const Value& a, const Value& b);
