@@ -291,39 +291,7 @@ Value Opaque(const Value& x) {
   return OptimizationBarrier({x})[0];
 }
 
-// A floating +0.0 constant (possibly converted, reshaped or broadcast). XLA's simplifier rewrites
-// A + 0 => A, which keeps A = -0.0 where IEEE (and eager) give +0.0: such an operand is made opaque.
-bool IsPlusZeroConstant(const Value& v) {
-  const Node* n = v.node.get();
-  while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape) &&
-         n->operands.size() == 1) {
-    n = n->operands[0].node.get();
-  }
-  return n != nullptr && n->op == Op::kConstant && n->attrs.f == 0.0 && !std::signbit(n->attrs.f) && n->attrs.n == 0;
-}
-
-// A / C with C a floating constant (possibly converted, reshaped or broadcast) whose reciprocal is
-// not exact: XLA's simplifier rewrites it into A * (1/C), which rounds twice where eager's division
-// rounds once (hardswish's / 6 left a quarter of its float32 results 1 ulp off). The constant is
-// made opaque (the scalar, then broadcast again: no array is materialized). Powers of two keep the
-// rewrite: their reciprocal is exact, and so is the product.
-Value OpaqueDivisor(const Value& b) {
-  const Node* n = b.node.get();
-  while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape) &&
-         n->operands.size() == 1) {
-    n = n->operands[0].node.get();
-  }
-  if (n == nullptr || n->op != Op::kConstant) return b;
-  int e = 0;
-  double m = std::frexp(n->attrs.f, &e);
-  if (!std::isfinite(n->attrs.f) || m == 0.0 || ((m == 0.5 || m == -0.5) && e > -1000 && e < 1000)) return b;
-  if (b.node->op == Op::kBroadcastInDim && b.node->operands.size() == 1 && b.node->operands[0].rank() == 0) {
-    return BroadcastInDim(Opaque(b.node->operands[0]), b.dims(), {});
-  }
-  return Opaque(b);
-}
-
-// The node below broadcasts, converts and reshapes.
+// The node below broadcasts, converts, reshapes and transposes.
 const Node* ThroughShape(const Value& v) {
   const Node* n = v.node.get();
   while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape ||
@@ -337,18 +305,40 @@ bool IsFloatConstant(const Value& v) {
   const Node* n = ThroughShape(v);
   return IsFloating(v.dtype()) && n != nullptr && n->op == Op::kConstant;
 }
-// An add or subtract with a constant operand.
-bool AddsConstant(const Value& v) {
-  const Node* n = ThroughShape(v);
-  if (n == nullptr || (n->op != Op::kAdd && n->op != Op::kSub) || n->operands.size() != 2) return false;
-  return IsFloatConstant(n->operands[0]) || IsFloatConstant(n->operands[1]);
-}
-// A constant XLA cannot see as one (the scalar made opaque, then broadcast again).
+// A constant XLA cannot see as one (the scalar made opaque, then broadcast again: no array is
+// materialized).
 Value OpaqueConstant(const Value& b) {
   if (b.node->op == Op::kBroadcastInDim && b.node->operands.size() == 1 && b.node->operands[0].rank() == 0) {
     return BroadcastInDim(Opaque(b.node->operands[0]), b.dims(), {});
   }
   return Opaque(b);
+}
+
+// A floating +0.0 constant (possibly converted, reshaped or broadcast). XLA's simplifier rewrites
+// A + 0 => A, which keeps A = -0.0 where IEEE (and eager) give +0.0: such an operand is made opaque.
+bool IsPlusZeroConstant(const Value& v) {
+  const Node* n = ThroughShape(v);
+  return n != nullptr && n->op == Op::kConstant && n->attrs.f == 0.0 && !std::signbit(n->attrs.f) && n->attrs.n == 0;
+}
+
+// A / C with C a floating constant (possibly converted, reshaped or broadcast) whose reciprocal is
+// not exact: XLA's simplifier rewrites it into A * (1/C), which rounds twice where eager's division
+// rounds once (hardswish's / 6 left a quarter of its float32 results 1 ulp off). The constant is
+// made opaque. Powers of two keep the rewrite: their reciprocal is exact, and so is the product.
+Value OpaqueDivisor(const Value& b) {
+  const Node* n = ThroughShape(b);
+  if (n == nullptr || n->op != Op::kConstant) return b;
+  int e = 0;
+  double m = std::frexp(n->attrs.f, &e);
+  if (!std::isfinite(n->attrs.f) || m == 0.0 || ((m == 0.5 || m == -0.5) && e > -1000 && e < 1000)) return b;
+  return OpaqueConstant(b);
+}
+
+// An add or subtract with a constant operand.
+bool AddsConstant(const Value& v) {
+  const Node* n = ThroughShape(v);
+  if (n == nullptr || (n->op != Op::kAdd && n->op != Op::kSub) || n->operands.size() != 2) return false;
+  return IsFloatConstant(n->operands[0]) || IsFloatConstant(n->operands[1]);
 }
 
 // Integer a ** b as eager's kernel computes it: exponentiation by squaring over every bit of the
@@ -502,11 +492,7 @@ Value Binary(Op op, const Value& a, const Value& b) {
 
 // A floating zero constant of either sign (possibly converted, reshaped or broadcast).
 bool IsZeroConstant(const Value& v) {
-  const Node* n = v.node.get();
-  while (n != nullptr && (n->op == Op::kBroadcastInDim || n->op == Op::kConvert || n->op == Op::kReshape) &&
-         n->operands.size() == 1) {
-    n = n->operands[0].node.get();
-  }
+  const Node* n = ThroughShape(v);
   return n != nullptr && n->op == Op::kConstant && n->attrs.f == 0.0 && n->attrs.n == 0;
 }
 
