@@ -38,11 +38,15 @@ def test_default_devices():
     assert xr.device_type() == "CPU"
 
 
-def test_cpu_plugin_has_4_devices_by_default(python_subprocess):
+def test_cpu_has_1_device_by_default(python_subprocess):
+    """Upstream's default (CPU_NUM_DEVICES unset: 1 device), not the plugin's own 4 (see plugins.py)."""
     env = DEFAULT_ENV
-    r = python_subprocess("import torch_xla; print('N', torch_xla.device_count())", env, SUBPROCESS_TIMEOUT)
+    code = ("import torch_xla, torch_xla.runtime as xr\n"
+            "import torch_xla.distributed.xla_multiprocessing as xmp\n"
+            "print('N', torch_xla.device_count(), xr.global_runtime_device_count(), xmp._devices_per_host())\n")
+    r = python_subprocess(code, env, SUBPROCESS_TIMEOUT)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "N 4" in r.stdout, r.stdout
+    assert "N 1 1 1" in r.stdout, r.stdout
 
 
 def test_cpu_num_devices_env(python_subprocess):

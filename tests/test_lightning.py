@@ -34,7 +34,8 @@ def _run(mode, out, *extra, xla=True, timeout=240, check=True):
               "XLA_USE_BF16", "XLA_USE_F16", "PT_XLA_DEBUG", "CPU_NUM_DEVICES", "PJRT_DEVICE"):
         env.pop(k, None)
     if xla:
-        env["PJRT_DEVICE"] = "CPU"
+        # 4 CPU devices, as a user sets them for a multi-device job on the CPU (the default is 1).
+        env["PJRT_DEVICE"], env["CPU_NUM_DEVICES"] = "CPU", "4"
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, WORKERS, mode, str(out), *map(str, extra)], env=env, cwd=str(out),
                        capture_output=True, text=True, timeout=timeout)

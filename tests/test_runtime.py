@@ -355,7 +355,7 @@ def test_plugins_override(clean_env, tmp_path):
 
 
 def test_plugins_cpu_device_count(clean_env):
-    assert plugins.cpu_device_count() == -1
+    assert plugins.cpu_device_count() == 1 == plugins.DEFAULT_CPU_DEVICES
     clean_env.setenv("CPU_NUM_DEVICES", "4")
     assert plugins.cpu_device_count() == 4
     for bad in ("two", "0", "-3"):

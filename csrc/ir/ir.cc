@@ -386,15 +386,7 @@ Value PlusZero(const Value& r) {
 // A subtraction rather than an added -0.0: when XLA folds the product itself to the constant +0.0
 // (`zeros_like(x) * 0`), its simplifier rewrites `0.0 + p` into p, the -0.0, but leaves
 // `0.0 - p` alone. Looks through reshapes, transposes and broadcasts, which XLA fuses as well.
-bool ContractibleProduct(const Value& v) {
-  if (!v || !IsFloating(v.dtype())) return false;
-  const Node* n = v.node.get();
-  while (n != nullptr && (n->op == Op::kReshape || n->op == Op::kTranspose || n->op == Op::kBroadcastInDim) &&
-         n->operands.size() == 1) {
-    n = n->operands[0].node.get();
-  }
-  return n != nullptr && n->op == Op::kMul;
-}
+bool ContractibleProduct(const Value& v) { return v && IsFloating(v.dtype()) && ProducesThroughShape(v, Op::kMul); }
 
 Value NoContract(const Value& v, const Value& zero) {
   Value z = v.rank() > 0 ? BroadcastInDim(zero, v.dims(), {}) : zero;

@@ -8,7 +8,7 @@ Environment:
   PJRT_PLUGIN_LIBRARY_PATH  path of a plugin .so; overrides discovery for any
   TORCH_XLA_PLUGIN_PATH     device type (the first one set wins).
   TPU_LIBRARY_PATH          libtpu.so to use for TPU (the usual libtpu override).
-  CPU_NUM_DEVICES           number of CPU devices (default: the plugin's choice).
+  CPU_NUM_DEVICES           number of CPU devices (default 1, as upstream PyTorch/XLA).
   TORCH_XLA_CPU_PLUGIN      which installed CPU plugin: xla-cpu-pjrt (the default when
                             installed), lammps-jax-pjrt-cpu or fastatomstruct-xla-cpu, or the
                             path of a CPU plugin .so.
@@ -219,11 +219,18 @@ def device_type_from_env() -> str:
     return _canonical(value)
 
 
+# CPU devices when CPU_NUM_DEVICES is unset: 1, upstream PyTorch/XLA's default. Not the plugin's own
+# default (4 devices): XLA:CPU sizes its intra-op thread pool as max(cores, devices), so 4 devices on
+# a 2-core machine ran every executable on 4 threads competing for 2 cores (issue #12: the
+# GPT-2-style and ResNet-style steps took 0.82-0.92x the time with 1 or 2 devices).
+DEFAULT_CPU_DEVICES = 1
+
+
 def cpu_device_count() -> int:
-    """CPU_NUM_DEVICES as an int; -1 (the plugin's default) when unset."""
+    """CPU_NUM_DEVICES as an int; DEFAULT_CPU_DEVICES (1) when unset."""
     value = os.environ.get("CPU_NUM_DEVICES", "").strip()
     if not value:
-        return -1
+        return DEFAULT_CPU_DEVICES
     try:
         count = int(value)
     except ValueError:

@@ -14,9 +14,6 @@ from typing import Dict, List, Optional
 
 from . import plugins as _plugins
 
-_CPU_DEFAULT_DEVICES = 4  # the PJRT CPU plugin's default device count
-
-
 def _device_type() -> Optional[str]:
     """The device type PJRT_DEVICE asks for, or None when PJRT_DEVICE is not set (no opt-in)."""
     if not os.environ.get("PJRT_DEVICE", "").strip():
@@ -45,8 +42,7 @@ def num_available_chips() -> int:
     if dt == "CUDA":
         return int(os.environ.get("GPU_NUM_DEVICES", _gpu_count()))
     if dt == "CPU":
-        n = _plugins.cpu_device_count()
-        return _CPU_DEFAULT_DEVICES if n < 0 else n
+        return _plugins.cpu_device_count()
     return 0
 
 
@@ -104,8 +100,7 @@ def get_tpu_env() -> Dict[str, str]:
         gen = acc.split("-")[0].upper() if acc else ""
         n = num_available_devices()
     else:
-        n = num_available_devices() if _device_type() else (
-            _CPU_DEFAULT_DEVICES if _plugins.cpu_device_count() < 0 else _plugins.cpu_device_count())
+        n = num_available_devices() if _device_type() else _plugins.cpu_device_count()
         acc = f"{dt.lower()}-{n}"
         gen = dt
     return {

@@ -28,8 +28,7 @@ def _devices_per_host() -> int:
     if _C._client_started():
         return _C._device_count()
     if kind == "CPU":
-        n = plugins.cpu_device_count()
-        return 4 if n < 0 else n
+        return plugins.cpu_device_count()
     for var in (f"{kind}_NUM_DEVICES", "GPU_NUM_DEVICES" if kind == "CUDA" else ""):
         if var and os.environ.get(var, "").strip():
             return int(os.environ[var])
