@@ -62,6 +62,10 @@ def plugin_check(path: str) -> dict:
             checks[name] = {"dtype_ok": got.dtype == dt, "max_rel_err": err, "ok": got.dtype == dt and err < tol * 64}
         out["dtype_checks"] = checks
         out["ok"] = all(c["ok"] for c in checks.values())
+        try:  # informational: does not change "ok"
+            out["precision_probe"] = _precision_probe(dev)
+        except Exception as e:
+            out["precision_probe"] = {"error": f"{type(e).__name__}: {e}"}
     except Exception as e:  # the error is the finding
         out["ok"] = False
         out["error"] = f"{type(e).__name__}: {e}"
@@ -69,6 +73,60 @@ def plugin_check(path: str) -> dict:
     with open(path, "w") as f:
         json.dump(out, f, indent=2, default=str)
     print(json.dumps(out, indent=2, default=str))
+    return out
+
+
+def _precision_probe(dev) -> dict:
+    """f32 matmul/conv error against float64 at each mat_mul_precision, and matmul speed (f32, bf16):
+    tells whether XLA uses TF32 at 'default' on this device (eager CUDA's matmuls do not by default)."""
+    import torch
+    import torch.nn.functional as F
+    import torch_xla
+    import torch_xla.backends as xb
+    import torch_xla.core.xla_model as xm
+
+    out: dict = {}
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(256, 2048, generator=g), torch.randn(2048, 256, generator=g)
+    ref, scale = a.double() @ b.double(), a.double().abs() @ b.double().abs()
+    x, w = torch.randn(4, 32, 16, 16, generator=g), torch.randn(32, 32, 3, 3, generator=g)
+    cref = F.conv2d(x.double(), w.double(), padding=1)
+    cscale = F.conv2d(x.double().abs(), w.double().abs(), padding=1)
+    ad, bd, xd, wd = a.to(dev), b.to(dev), x.to(dev), w.to(dev)
+    n = 4096 if torch.cuda.is_available() else 256
+    big = {dt: (torch.randn(n, n, generator=g).to(dt).to(dev), torch.randn(n, n, generator=g).to(dt).to(dev))
+           for dt in (torch.float32, torch.bfloat16)}
+    old = xb.get_mat_mul_precision()
+    try:
+        for p in ("default", "high", "highest"):
+            xb.set_mat_mul_precision(p)
+            r = {"matmul_f32_err": float(((ad @ bd).cpu().double() - ref).abs().div(scale).max()),
+                 "conv_f32_err": float((F.conv2d(xd, wd, padding=1).cpu().double() - cref).abs().div(cscale).max())}
+            for dt, (p1, p2) in big.items():
+                def run():
+                    acc = p1 @ p2
+                    for i in range(1, 8):
+                        acc = acc + (p1 * (1 + i)) @ p2
+                    torch_xla.sync()
+                    xm.wait_device_ops()
+                run()
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    run()
+                dt_s = (time.perf_counter() - t0) / 24
+                r[f"matmul_{n}_{str(dt).split('.')[-1]}_ms"] = round(dt_s * 1e3, 3)
+                r[f"matmul_{n}_{str(dt).split('.')[-1]}_tflops"] = round(2 * n**3 / dt_s / 1e12, 1)
+            out[p] = r
+    finally:
+        xb.set_mat_mul_precision(old)
+    if torch.cuda.is_available():
+        out["eager_cuda"] = {
+            "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "allow_tf32_cudnn": torch.backends.cudnn.allow_tf32,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "matmul_f32_err": float(((a.cuda() @ b.cuda()).cpu().double() - ref).abs().div(scale).max()),
+            "conv_f32_err": float((F.conv2d(x.cuda(), w.cuda(), padding=1).cpu().double() - cref).abs()
+                                  .div(cscale).max())}
     return out
 
 
