@@ -1,9 +1,11 @@
 """GPU benchmark (issue #14): a GPT-2-small-shaped decoder and a ResNet-50-shaped CNN, trained with
-the same model code on three backends:
+the same model code on four backends:
 
   xla      torch_xla through us (PJRT_DEVICE as set: CUDA on a GPU machine, CPU for a dry run)
   eager    PyTorch eager on CUDA (on the CPU when CUDA is not available)
   compile  torch.compile(mode="max-autotune-no-cudagraphs") on CUDA (on the CPU when no CUDA)
+  openxla  torch.compile(step, backend="openxla") through us: the whole step (forward, backward,
+           optimizer) captured by Dynamo once, no lazy tracing per step (issue #13)
 
 Per (model, backend): steady step time (ms), tokens/s or images/s, time of the first step (tracing +
 compilation + run) and compile time (first step minus a steady step), peak device memory, and
@@ -19,7 +21,7 @@ optimizer is traced into the step graph (foreach form).
 
 Usage:
   python bench/bench_gpu.py [--tiny] [--out FILE.json] [--budget-s 240] [--steps 10]
-                            [--models gpt2,resnet50] [--backends xla,eager,compile]
+                            [--models gpt2,resnet50] [--backends xla,eager,openxla,compile]
   --tiny: small shapes for a CPU dry run (PJRT_DEVICE=CPU). Without it the shapes are GPT-2 small
   (12 layers, d=768, 12 heads, seq 1024, vocab 50257, batch 16) and ResNet-50 (224x224, batch 128).
 """
@@ -116,7 +118,8 @@ def child(cfg: dict) -> dict:
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32, "f16": torch.float16}[cfg["dtype"]]
     out = {"model": model_name, "backend": backend, "dtype": cfg["dtype"], "batch": shape["batch"]}
 
-    if backend == "xla":
+    is_xla = backend in ("xla", "openxla")
+    if is_xla:
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met
@@ -132,7 +135,7 @@ def child(cfg: dict) -> dict:
     if model_name == "gpt2":
         model.tie_weights()  # .to(xla) unties shared weights (see examples/models.py)
     model.train()
-    fused = backend != "xla" and on_cuda
+    fused = not is_xla and on_cuda
     if model_name == "gpt2":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused else {"foreach": True}))
     else:
@@ -162,19 +165,25 @@ def child(cfg: dict) -> dict:
             return F.cross_entropy(fwd(x), y)
 
     def wait():
-        if backend == "xla":
+        if is_xla:
             xm.wait_device_ops()
         elif on_cuda:
             torch.cuda.synchronize()
 
     host_times = []
 
-    def step():
-        t0 = time.perf_counter()
+    def inner():
         loss = loss_fn()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    run_step = torch.compile(inner, backend="openxla") if backend == "openxla" else inner
+
+    def step():
+        t0 = time.perf_counter()
+        loss = run_step()
         host_times.append(time.perf_counter() - t0)
         if backend == "xla":
             torch_xla.sync()
@@ -206,16 +215,16 @@ def child(cfg: dict) -> dict:
     out["compile_s"] = max(0.0, out["first_step_s"] - dt)
     out["host_ms_per_step"] = 1000 * sorted(host_times)[len(host_times) // 2]
     out["warmup_s"] = warmup_s
-    if backend == "xla":
+    if is_xla:
         data = met.metric_data("CompileTime")
         if data:  # (count, total ns, samples): XLA's compile time, every graph of the warm-up
             out["xla_compile_total_s"] = data[1] / 1e9
         out["uncached_compiles"] = int(met.counter_value("UncachedCompile") or 0)
-    if backend == "xla" and on_cuda:
+    if is_xla and on_cuda:
         info = xm.get_memory_info(device)
         out["peak_mem_bytes"] = int(info.get("peak_bytes_used", 0))
         out["peak_mem_source"] = "PJRT memory stats (xm.get_memory_info)"
-    if backend == "xla":
+    if is_xla:
         out["fallback_ops"] = sorted(nm for nm in met.counter_names()
                                      if nm.startswith("aten::") and nm != "aten::_local_scalar_dense")
     elif on_cuda:
@@ -259,7 +268,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32", "f16"])
     ap.add_argument("--models", default="gpt2,resnet50")
-    ap.add_argument("--backends", default="xla,eager,compile")
+    ap.add_argument("--backends", default="xla,eager,openxla,compile")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
     ap.add_argument("--budget-s", type=float, default=300.0, help="wall-clock budget for all configurations")
     ap.add_argument("--config-cap-s", type=float, default=150.0, help="most seconds one configuration may take")
@@ -281,8 +290,8 @@ def main(argv=None) -> dict:
         if m not in SHAPES[False]:
             ap.error(f"unknown model {m!r}; choose from {', '.join(SHAPES[False])}")
     for b in backends:
-        if b not in ("xla", "eager", "compile"):
-            ap.error(f"unknown backend {b!r}; choose from xla, eager, compile")
+        if b not in ("xla", "eager", "compile", "openxla"):
+            ap.error(f"unknown backend {b!r}; choose from xla, eager, openxla, compile")
     meta = {"torch": torch.__version__, "python": sys.version.split()[0], "cuda_available": on_cuda,
             "device": torch.cuda.get_device_name(0) if on_cuda else "cpu",
             "pjrt_device": os.environ.get("PJRT_DEVICE", "CPU"), "tiny": args.tiny, "dtype": args.dtype,
@@ -293,8 +302,8 @@ def main(argv=None) -> dict:
     results = []
     # Order: xla (what we measure) and eager for every model first; torch.compile (max-autotune can
     # take minutes) last, so a short budget still gets the first figures of every model.
-    order = [(m, b) for m in models for b in backends if b != "compile"]
-    order += [(m, "compile") for m in models if "compile" in backends]
+    order = [(m, b) for m in models for b in backends if b not in ("compile", "openxla")]
+    order += [(m, b) for b in ("openxla", "compile") for m in models if b in backends]
     for m, b in order:
         if True:
             left = deadline - time.perf_counter()
@@ -316,6 +325,10 @@ def main(argv=None) -> dict:
             for ref in ("eager", "compile"):
                 if ref in by:
                     ratios[f"{m}: xla step time / {ref}"] = round(by["xla"]["step_ms"] / by[ref]["step_ms"], 3)
+            if "openxla" in by:
+                ratios[f"{m}: openxla step time / xla"] = round(by["openxla"]["step_ms"] / by["xla"]["step_ms"], 3)
+                ratios[f"{m}: openxla host ms / xla"] = round(
+                    by["openxla"]["host_ms_per_step"] / max(by["xla"]["host_ms_per_step"], 1e-9), 3)
     report = {"meta": meta, "results": results, "ratios": ratios}
     text = json.dumps(report, indent=2)
     print(text)

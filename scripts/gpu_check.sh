@@ -6,7 +6,7 @@
 #
 #   bash scripts/gpu_check.sh OUTDIR
 #
-# Fits in GPU_CHECK_BUDGET_S seconds (default 470, i.e. under 8 minutes; 1200 in a dry run): every stage runs under
+# Fits in GPU_CHECK_BUDGET_S seconds (default 560, i.e. under 10 minutes; 1200 in a dry run): every stage runs under
 # `timeout` with at most what is left of the budget, so a hang cannot eat it; stage timings printed.
 # Before the trip run scripts/gpu_prepare.sh here and carry .gpu_carry (the PJRT header + wheels).
 #
@@ -15,7 +15,7 @@
 #
 # Environment: PYTHON (default: python3, or .venv/bin/python in a dry run), PJRT_DEVICE (default CUDA),
 # GPU_CHECK_BUDGET_S, GPU_CHECK_OPINFO_SAMPLE (OpInfo cases to run, default 120; 30 in a dry run),
-# GPU_CHECK_TEST_FILES (names in tests/, space-separated), GPU_CHECK_XDIST (pytest workers, default 4, when pytest-xdist is installed), GPU_CHECK_TESTS_BUDGET_S (all test files together: 170; 480 in a dry run), GPU_CHECK_SKIP (comma list of stages to skip: build,plugin,tests,bench), GPU_CHECK_BENCH_ARGS (extra args).
+# GPU_CHECK_TEST_FILES (names in tests/, space-separated), GPU_CHECK_XDIST (pytest workers, default 4, when pytest-xdist is installed), GPU_CHECK_TESTS_BUDGET_S (all test files together: 210; 480 in a dry run), GPU_CHECK_SKIP (comma list of stages to skip: build,plugin,tests,bench), GPU_CHECK_BENCH_ARGS (extra args).
 set -uo pipefail
 OUTDIR=${1:?usage: bash scripts/gpu_check.sh OUTDIR}
 mkdir -p "$OUTDIR"
@@ -36,7 +36,7 @@ export PYTHONUNBUFFERED=1
 # No network there: skip fetching the host-kernel headers (a CPU-plugin feature) at configure time.
 export TXLA_HOST_KERNELS_BUILD=${TXLA_HOST_KERNELS_BUILD:-0}
 if [ "$DRY" = 1 ]; then BUDGET=${GPU_CHECK_BUDGET_S:-1200}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-480}
-else BUDGET=${GPU_CHECK_BUDGET_S:-470}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-170}; fi
+else BUDGET=${GPU_CHECK_BUDGET_S:-560}; TESTS_BUDGET=${GPU_CHECK_TESTS_BUDGET_S:-210}; fi
 SKIP=",${GPU_CHECK_SKIP:-},"
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ "$DRY" = 1 ] && [ -x .venv/bin/python ]; then PY=$REPO/.venv/bin/python
@@ -135,7 +135,7 @@ export -f run_tests
 TEST_END=$(( $(date +%s) + TESTS_BUDGET ))
 tcap() { local l=$(( TEST_END - $(date +%s) )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
 if ! skipped tests; then
-  for f in ${GPU_CHECK_TEST_FILES:-test_cuda test_models test_training test_compile_control test_cache test_views_inplace}; do
+  for f in ${GPU_CHECK_TEST_FILES:-test_cuda test_models test_training test_dynamo test_donation test_compile_control test_cache test_views_inplace}; do
     stage "tests:$f" "$(tcap 90)" run_tests "$f" "tests/$f.py"
   done
   OPIDS=()

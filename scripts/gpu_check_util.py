@@ -98,8 +98,9 @@ def _precision_probe(dev) -> dict:
            for dt in (torch.float32, torch.bfloat16)}
     old = xb.get_mat_mul_precision()
     try:
-        for p in ("default", "high", "highest"):
-            xb.set_mat_mul_precision(p)
+        for p in ("unset", "default", "high", "highest"):  # unset: the platform's choice (first: nothing set yet)
+            if p != "unset":
+                xb.set_mat_mul_precision(p)
             r = {"matmul_f32_err": float(((ad @ bd).cpu().double() - ref).abs().div(scale).max()),
                  "conv_f32_err": float((F.conv2d(xd, wd, padding=1).cpu().double() - cref).abs().div(cscale).max())}
             for dt, (p1, p2) in big.items():

@@ -130,6 +130,39 @@ def test_cuda_libs_preload_is_harmless_without_nvidia_wheels(tmp_path, monkeypat
     assert "libcudnn.so.9" not in loaded
 
 
+_PLATFORM_PRECISION = r"""
+import torch, torch_xla, torch_xla.core.xla_model as xm
+from torch_xla import _C, backends
+dev = torch_xla.device()
+_C._set_platform_f32_mat_mul_precision(2)  # what the runtime sets on CUDA
+f32, bf16 = torch.randn(8, 8, device=dev), torch.randn(8, 8, device=dev).bfloat16()
+w = torch.randn(1, 1, 3, 3, device=dev)
+conv = lambda x, w: torch.nn.functional.conv2d(x.reshape(1, 1, 8, 8), w)
+H = "precision = [HIGHEST, HIGHEST]"
+assert backends.get_mat_mul_precision() == "default"  # nothing chosen by the user
+assert H in xm.get_stablehlo([f32 @ f32]), "f32 dot"
+assert "#stablehlo<precision HIGHEST>" in xm.get_stablehlo([conv(f32, w)]), "f32 conv"
+assert "precision" not in xm.get_stablehlo([bf16 @ bf16]), "bf16 dot"
+d = torch_xla._XLAC._xla_dot_general(f32, f32, (([1], [0]), ([], [])), precision_config="high")
+assert "precision = [HIGH, HIGH]" in xm.get_stablehlo([d]), "_xla_dot_general's own precision"
+assert H in xm.get_stablehlo([f32 @ f32]), "after _xla_dot_general: still unset"
+backends.set_mat_mul_precision("default")  # the user's choice wins: TF32 allowed
+assert "precision" not in xm.get_stablehlo([f32 @ f32]), "explicit default"
+backends.set_mat_mul_precision("high")
+assert "precision = [HIGH, HIGH]" in xm.get_stablehlo([f32 @ f32]), "explicit high"
+torch.testing.assert_close((f32 @ f32).cpu(), f32.cpu() @ f32.cpu())
+print("OK")
+"""
+
+
+def test_platform_f32_mat_mul_precision(python_subprocess):
+    """On CUDA the runtime makes float32 dots and convolutions HIGHEST until the user chooses a
+    precision (XLA:GPU's DEFAULT is TF32; eager's float32 matmuls are full float32). Checked here on
+    the CPU plugin by setting the platform's precision as the CUDA runtime does."""
+    # (no host kernels: on CUDA convolutions are always XLA's)
+    r = python_subprocess(_PLATFORM_PRECISION, {"PJRT_DEVICE": "CPU", "TORCH_XLA_HOST_KERNELS": "0"}, SUBPROCESS_TIMEOUT)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+
 # ------------------------------------------------------------------ on a GPU (PJRT_DEVICE=CUDA)
 
 gpu = pytest.mark.skipif(not ON_CUDA, reason="needs PJRT_DEVICE=CUDA and a GPU (scripts/gpu_check.sh)")

@@ -42,6 +42,10 @@ def _resolve_runtime():
         from ._internal import cuda_libs
 
         cuda_libs.preload()  # cuBLAS/cuDNN/... from the nvidia.* wheels, as JAX does (see cuda_libs.py)
+        # XLA:GPU's DEFAULT precision runs float32 dots and convolutions in TF32; eager's float32 matmuls
+        # run in full float32. Until the user chooses (torch_xla.backends.set_mat_mul_precision;
+        # 'default' allows TF32), float32 dots and convolutions on CUDA are HIGHEST.
+        _C._set_platform_f32_mat_mul_precision(2)
     # CPU_NUM_DEVICES is the CPU plugin's option only: the CUDA plugin refuses unknown option names.
     count = _plugins.cpu_device_count() if device_type == "CPU" else -1
     if device_type == "CPU" and (os.environ.get("TORCH_XLA_SPAWNED") == "1"

@@ -475,6 +475,13 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.def("_get_mat_mul_precision", &ir::MatMulPrecision);
+  m.def("_set_platform_f32_mat_mul_precision", [](int p) {
+    try {
+      ir::SetPlatformF32MatMulPrecision(p);
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(e.what());
+    }
+  });
   m.def("_tensor_info", [](const at::Tensor& t) {
     // Lazy-tensor state of an XLA tensor, for _get_xla_tensor_debug_info.
     auto x = bridge::XlaFromUser(t);
@@ -507,16 +514,16 @@ PYBIND11_MODULE(_C, m) {
     ir::Value x = a->GetValue(), y = b->GetValue();
     ir::DType t = out ? bridge::ToDType(*out) : x.dtype();
     if (x.dtype() != y.dtype()) throw py::value_error("_xla_dot_general: operands must have the same dtype");
-    int old = ir::MatMulPrecision();
+    int old = ir::MatMulPrecisionSetting();
     if (precision >= 0) ir::SetMatMulPrecision(precision);
     ir::Value r;
     try {
       r = ir::DotGeneral(x, y, lb, rb, lc, rc, t);
     } catch (...) {
-      ir::SetMatMulPrecision(old);
+      ir::RestoreMatMulPrecisionSetting(old);
       throw;
     }
-    ir::SetMatMulPrecision(old);
+    ir::RestoreMatMulPrecisionSetting(old);
     return bridge::MakeXla(graph::TensorFromValue(r, a->device()));
   });
   m.def("_set_buffer_donation", [](const at::Tensor& t, bool donate) {

@@ -824,7 +824,7 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   Attrs at;
   at.ints.reserve(4);  // not `= {lb, rb, lc, rc}`: an initializer list copies every list twice
   for (const auto* v : {&lb, &rb, &lc, &rc}) at.ints.push_back(*v);
-  at.n = MatMulPrecision();
+  at.n = EffectiveMatMulPrecision(a.dtype(), b.dtype());
   // Eager's GEMMs accumulate from +0.0 (a sum of -0.0 products only is +0.0), XLA's dot from the
   // first product (-0.0 there). Not corrected: an add per dot output cost the MLP step 5%.
   return Make(Op::kDotGeneral, {a, b}, Shape(out, std::move(dims)), std::move(at));
@@ -978,23 +978,42 @@ Value Convolution(const Value& lhs, const Value& rhs, const std::vector<int64_t>
   Attrs a;
   a.ints = {strides, padding, lhs_dilation, rhs_dilation, {feature_groups, batch_groups}};
   a.s = dims;
-  a.n = MatMulPrecision();
+  a.n = EffectiveMatMulPrecision(lhs.dtype(), rhs.dtype());
   return Make(Op::kConvolution, {lhs, rhs}, Shape(lhs.dtype(), out), std::move(a));
 }
 
 namespace {
-std::atomic<int> g_mat_mul_precision{0};
-}  // namespace
+std::atomic<int> g_mat_mul_precision{-1};  // -1: not chosen by the user
+std::atomic<int> g_platform_f32_precision{0};
 
-void SetMatMulPrecision(int precision) {
+void CheckPrecision(int precision) {
   if (precision < 0 || precision > 2) {
     throw std::invalid_argument("mat mul precision must be 0 (default), 1 (high) or 2 (highest), got " +
                                 std::to_string(precision));
   }
+}
+}  // namespace
+
+void SetMatMulPrecision(int precision) {
+  CheckPrecision(precision);
   g_mat_mul_precision.store(precision);
 }
 
-int MatMulPrecision() { return g_mat_mul_precision.load(); }
+int MatMulPrecision() { return std::max(0, g_mat_mul_precision.load()); }
+int MatMulPrecisionSetting() { return g_mat_mul_precision.load(); }
+void RestoreMatMulPrecisionSetting(int setting) { g_mat_mul_precision.store(setting < 0 ? -1 : std::min(setting, 2)); }
+
+void SetPlatformF32MatMulPrecision(int precision) {
+  CheckPrecision(precision);
+  g_platform_f32_precision.store(precision);
+}
+
+int EffectiveMatMulPrecision(DType lhs, DType rhs) {
+  int p = g_mat_mul_precision.load();
+  if (p >= 0) return p;
+  auto f32 = [](DType t) { return t == DType::kF32 || t == DType::kC64; };
+  return f32(lhs) || f32(rhs) ? g_platform_f32_precision.load() : 0;
+}
 
 namespace {
 // Replica groups must be non-empty, equally sized and hold distinct non-negative ids.

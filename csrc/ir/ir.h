@@ -289,8 +289,15 @@ Value AnnotateSharding(const Value& x, const Sharding& sharding);
 // Precision of dot_general and convolution nodes built from now on (PyTorch/XLA's
 // set_mat_mul_precision): 0 = DEFAULT, 1 = HIGH, 2 = HIGHEST. Recorded in each node's attributes,
 // so it is part of the node hash (the graph cache key) and of the StableHLO text.
+// Until the user sets one, float32 (and complex64) dots and convolutions get the platform's
+// precision (SetPlatformF32MatMulPrecision: HIGHEST on CUDA, where XLA's DEFAULT means TF32 while
+// eager's matmuls run in full float32; DEFAULT elsewhere) and other dtypes DEFAULT.
 void SetMatMulPrecision(int precision);  // throws std::invalid_argument outside 0..2
-int MatMulPrecision();
+int MatMulPrecision();                   // the user's choice, DEFAULT (0) when none was made
+int MatMulPrecisionSetting();            // the user's choice, -1 when none was made
+void RestoreMatMulPrecisionSetting(int setting);  // a value MatMulPrecisionSetting returned
+void SetPlatformF32MatMulPrecision(int precision);  // throws std::invalid_argument outside 0..2
+int EffectiveMatMulPrecision(DType lhs, DType rhs);  // what a node of these operand dtypes records
 
 // Host kernels: on the CPU plugin, large dots and convolutions run ATen's own CPU kernels (MKL /
 // oneDNN, eager's exact routines) as typed XLA FFI custom calls inside the compiled executable,
