@@ -71,6 +71,9 @@ env_info() {
   "$PY" -c "import sys,torch;print('python',sys.version.split()[0],'torch',torch.__version__,'cuda',torch.version.cuda,'cuda available',torch.cuda.is_available())"
   "$PY" -m pip list 2>/dev/null | grep -i -E '^(torch|jax|jaxlib|jax-cuda13-pjrt|xla-cuda13-pjrt|xla-cpu-pjrt|pybind11|scikit-build-core|cmake|ninja|pytest|expecttest) '
   nproc
+  # the toolchain (a static libstdc++ from LDFLAGS or the compiler's defaults changes how we link)
+  c++ --version 2>/dev/null | head -1
+  env | grep -E '^(CC|CXX|CFLAGS|CXXFLAGS|LDFLAGS|CMAKE_[A-Z_]*)=' || true
   return 0
 }
 export -f env_info
@@ -105,8 +108,18 @@ build() {
     fi
   fi
   export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-  "$PY" -m pip install --no-build-isolation --no-deps --no-index -e . 2>&1 | grep -v -E '^\s*$|Location .* is ignored'
-  return "${PIPESTATUS[0]}"
+  "$PY" -m pip install -v --no-build-isolation --no-deps --no-index -e . > "$WORK/build.log" 2>&1
+  local rc=$?
+  grep -E -- '-- (C\+\+ compiler|pjrt_c_api|host kernels)|Performing Test TXLA|Successfully installed' "$WORK/build.log"
+  [ "$rc" = 0 ] || tail -n 60 "$WORK/build.log"
+  # libstdc++ linked into our libraries (statically)? Then --exclude-libs must keep it private.
+  local core
+  core=$("$PY" -c "import importlib.util,os;s=importlib.util.find_spec('torch_xla');print(os.path.join(s.submodule_search_locations[0],'libtxla_core.so'))" 2>/dev/null)
+  for f in "$core" "$(dirname "$core")"/_C*.so; do
+    [ -f "$f" ] || continue
+    echo "build: $(basename "$f"): libstdc++ locale code inside: $(nm -C --defined-only "$f" 2>/dev/null | grep -c 'std::locale::classic'), exported: $(nm -C -D --defined-only "$f" 2>/dev/null | grep -c 'std::locale::classic')"
+  done
+  return "$rc"
 }
 export -f build
 if ! skipped build; then

@@ -1,10 +1,10 @@
 #include "ir/ir.h"
+#include "util/text.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <sstream>
 
 namespace txla::ir {
 
@@ -102,7 +102,7 @@ Node::~Node() {
 }
 
 std::string Node::ToString() const {
-  std::ostringstream os;
+  util::Text os;
   os << OpName(op) << "(";
   for (size_t i = 0; i < operands.size(); ++i) os << (i ? ", " : "") << operands[i].shape().ToString();
   os << ") -> ";

@@ -2,12 +2,12 @@
 #include "ir/control_flow.h"
 #include "runtime/fp_env.h"
 #include "util/half.h"
+#include "util/text.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 
 namespace txla::lowering {
@@ -76,7 +76,7 @@ class Emitter {
       if (n->op == Op::kDeviceData) continue;
       if (spec_.locations && !n->scope.empty()) {
         // Every op emitted for the node carries its source location (not just the last one).
-        std::ostringstream outer;
+        util::Text outer;
         std::swap(outer, body_);
         EmitNode(*n);
         std::string chunk = body_.str();
@@ -86,7 +86,7 @@ class Emitter {
         EmitNode(*n);
       }
     }
-    std::ostringstream os;
+    util::Text os;
     std::string name;
     for (char c : spec_.name) name += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.') ? c : '_';
     os << "module @" << (name.empty() ? "graph" : name) << " attributes {mhlo.num_partitions = "
@@ -173,7 +173,7 @@ class Emitter {
   // "replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>" of a collective node's attributes.
   static std::string ReplicaGroups(const ir::Attrs& a) {
     auto groups = ir::CollectiveGroups(a);
-    std::ostringstream rg;
+    util::Text rg;
     rg << "replica_groups = dense<[";
     for (size_t g = 0; g < groups.size(); ++g) {
       rg << (g ? ", " : "") << "[";
@@ -456,9 +456,10 @@ class Emitter {
       case Op::kCholesky: Line(n, "stablehlo.cholesky", A.n ? "lower = true" : "lower = false"); return;
       case Op::kEigh: {
         // XLA's EighExpander reads "lower,sort_eigenvalues,max_iter,tol"; results (vectors, values).
-        char cfg[96];
-        std::snprintf(cfg, sizeof(cfg), "%d,1,%lld,%.9e", A.n ? 1 : 0, static_cast<long long>(A.ints[0][0]), A.f);
-        Line(n, "stablehlo.custom_call", std::string("backend_config = \"") + cfg + "\", call_target_name = \"Eigh\"");
+        util::Text cfg;  // (not printf's %e: the C locale's decimal point must not reach XLA)
+        cfg << (A.n ? 1 : 0) << ",1," << A.ints[0][0] << ",";
+        cfg.Append(A.f, std::chars_format::scientific, 9);
+        Line(n, "stablehlo.custom_call", "backend_config = \"" + cfg.str() + "\", call_target_name = \"Eigh\"");
         return;
       }
       case Op::kTriangularSolve: {
@@ -680,7 +681,7 @@ class Emitter {
   std::string EmitRegion(const ir::Region& r) {
     std::unordered_map<const Node*, std::string> outer_names;
     std::swap(outer_names, names_);
-    std::ostringstream outer_body;
+    util::Text outer_body;
     std::swap(outer_body, body_);
     std::string head = "{\n    ^bb0(";
     for (size_t i = 0; i < r.params.size(); ++i) {
@@ -744,7 +745,7 @@ class Emitter {
     std::string av = r(), ai = r(), bv = r(), bi = r();
     std::string cmp = r(), eq = r(), lti = r(), tie = r(), pick = r(), nan = r(), pick2 = r(), v = r(), i = r();
     std::string ct = CompareType(t);
-    std::ostringstream rg;
+    util::Text rg;
     rg << "{\n    ^bb0(" << av << ": " << st << ", " << ai << ": " << it << ", " << bv << ": " << st << ", " << bi
        << ": " << it << "):\n";
     auto cmpline = [&](const std::string& res, const std::string& a, const std::string& b, const char* dir,
@@ -820,7 +821,7 @@ class Emitter {
                 binvalid = r(), pick3 = r(), v = r(), i = r(), minus1 = r(), ainvalid = r(), avalid = r(),
                 pick_b_inv = r();
     const char* ct = CompareType(t);
-    std::ostringstream rg;
+    util::Text rg;
     auto cmp = [&](const std::string& res, const std::string& a, const std::string& b, const char* dir,
                    const std::string& ty, const char* ctype) {
       rg << "      " << res << " = \"stablehlo.compare\"(" << a << ", " << b
@@ -948,7 +949,7 @@ class Emitter {
   void EmitSort(const Node& n) {
     bool descending = n.attrs.n & 1;
     bool stable = n.attrs.n & 2;
-    std::ostringstream rg;
+    util::Text rg;
     std::vector<std::string> args;
     rg << "{\n    ^bb0(";
     for (size_t i = 0; i < n.operands.size(); ++i) {
@@ -996,7 +997,7 @@ class Emitter {
 
   const ModuleSpec& spec_;
   std::unordered_map<const Node*, std::string> names_;
-  std::ostringstream body_;
+  util::Text body_;
   int64_t next_ = 0;
 };
 
@@ -1032,8 +1033,7 @@ std::string ScalarLiteral(double f, int64_t n, DType t) {
       std::snprintf(buf, sizeof buf, "dense<0x%02X>", FloatToF8E5M2Bits(static_cast<float>(f)));
       return buf;
     case DType::kC64: case DType::kC128:
-      std::snprintf(buf, sizeof buf, "dense<(%.17e,0.000000e+00)>", f);  // exponent form: always a float literal
-      return buf;
+      return "dense<(" + util::Scientific(f, 17) + ",0.000000e+00)>";  // exponent form: always a float literal
     case DType::kU64:
       std::snprintf(buf, sizeof buf, "dense<%llu>", (unsigned long long)n);
       return buf;

@@ -5,11 +5,11 @@
 // The table is keyed by op-table row; a rule runs before the row builds any IR. Torch-free.
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ops/op_table.h"
+#include "util/text.h"
 
 #include <optional>
 
@@ -73,7 +73,7 @@ void NormIdentityCheck(OpArgs& a, size_t ord_arg, size_t dim_arg) {
   if (x.shape().numel() != 0 || a.IsNone(ord_arg)) return;
   double ord = a.S(ord_arg).AsDouble();
   if (!(ord < 0 || ord == std::numeric_limits<double>::infinity())) return;
-  std::ostringstream o;
+  util::Text o;
   o << ord;
   std::optional<std::vector<int64_t>> dims;
   if (dim_arg != static_cast<size_t>(-1)) dims = a.OptInts(dim_arg);

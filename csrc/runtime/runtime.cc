@@ -33,6 +33,7 @@
 //  * Without cpu_device_count the client had 4 devices here (a 2-core host).
 
 #include "runtime/runtime.h"
+#include "util/text.h"
 
 #include <pthread.h>
 
@@ -51,7 +52,6 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <utility>
 
 namespace txla::runtime {
@@ -73,7 +73,7 @@ template <class F>
 F* RequireFn(const PJRT_Api* api, size_t offset, F* const* slot, const char* name) {
   if (api == nullptr) throw PjrtError(std::string(name) + ": no PJRT API (object not initialized)");
   if (offset + sizeof(F*) > api->struct_size || *slot == nullptr) {
-    std::ostringstream os;
+    util::Text os;
     os << name << " is not supported by this plugin (PJRT API "
        << api->pjrt_api_version.major_version << "." << api->pjrt_api_version.minor_version << ")";
     throw PjrtError(os.str());
