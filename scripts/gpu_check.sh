@@ -25,7 +25,7 @@ REPO=$(pwd)
 LOG="$OUTDIR/gpu_check.log"
 : > "$LOG"
 exec > >(tee -a "$LOG") 2>&1
-rm -f "$OUTDIR/bench_gpu.json" "$OUTDIR/gpu_check.json" "$OUTDIR/test_logs.tar.gz"
+rm -f "$OUTDIR/bench_gpu.json" "$OUTDIR/gpu_check.json" "$OUTDIR/test_logs.tar.gz" "$OUTDIR/diag.log" "$OUTDIR/diag.json"
 # Intermediate files live in WORK; OUTDIR gets 4 files (the device tool brings back at most 8):
 # gpu_check.log, gpu_check.json, bench_gpu.json, test_logs.tar.gz (each test file's whole pytest output).
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
@@ -130,7 +130,15 @@ if ! skipped build; then
   fi
 fi
 
-skipped plugin || stage plugin 90 "$PY" scripts/gpu_check_util.py plugin-check "$WORK/plugin_check.json"
+if ! skipped plugin; then
+  stage plugin 90 "$PY" scripts/gpu_check_util.py plugin-check "$WORK/plugin_check.json"; prc=$?
+  # Died of a signal (a crash, not a failed check): find where at once, in this same run (staged
+  # programs, then cuda-gdb's backtrace of every thread), before the tests crash the same way.
+  if [ "$prc" -gt 128 ] && [ "$prc" != 137 ]; then
+    stage diag 120 "$PY" scripts/gpu_diag.py "$WORK/diag" --timeout 30 --gdb-timeout 75
+    cp "$WORK/diag/diag.log" "$WORK/diag/diag.json" "$OUTDIR/" 2>/dev/null
+  fi
+fi
 
 # pytest-xdist (in the GPU image) runs GPU_CHECK_XDIST workers (default 4) on the one GPU: the client
 # does not preallocate GPU memory, so the processes share it, and XLA's compiles use the many cores.
