@@ -41,7 +41,7 @@ class Text {
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, char>, int> = 0>
   Text& operator<<(T v) {
     char buf[24];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    auto r = std::to_chars(buf, buf + sizeof buf, static_cast<std::conditional_t<std::is_same_v<T, bool>, int, T>>(v));
     s_.append(buf, r.ptr);
     return *this;
   }
