@@ -175,7 +175,8 @@ def test_spmd_graphs_keep_xla_dots_even_when_use_spmd_comes_first():
 
 def test_default_is_convolutions_only_and_a_bad_kind_is_refused():
     _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, True), _C._host_kernels()\n"
-                    "assert _C._host_reductions()\n"))
+                    "assert _C._host_reductions() and _C._host_big_dots()\n"))
+    _assert_ok(_run(_HEADER + "assert not _C._host_big_dots()\n", TORCH_XLA_HOST_KERNELS="conv,reduce"))
     _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, True) and not _C._host_reductions()\n",
                     TORCH_XLA_HOST_KERNELS="conv"))
     _assert_ok(_run(_HEADER + "assert _C._host_kernels() == (False, False) and _C._host_reductions()\n",
@@ -192,7 +193,7 @@ def test_export_is_portable_stablehlo():
     text = shlo.get_stablehlo_text()
     assert "txla_aten" not in text and "convolution" in text
     assert _C._host_kernels() == (True, True)  # restored
-    assert _C._host_reductions()
+    assert _C._host_reductions() and _C._host_big_dots()
     got = shlo(x)
     got = got[0] if isinstance(got, (tuple, list)) else got
     torch.testing.assert_close(got.cpu(), m(x), rtol=1e-4, atol=1e-5)
@@ -402,3 +403,35 @@ def test_onednn_host_dots_match_eager():
             "assert 'txla_aten_dot' in X._get_xla_tensors_hlo([got])\n"
             "torch.testing.assert_close(got.cpu(), a64 @ w64.t())\n")
     _assert_ok(_run(code, TORCH_XLA_HOST_KERNELS="conv,dot", TXLA_HOST_DOT_ONEDNN="1"))
+
+
+_BIG_DOTS = (_HEADER + "d = torch_xla.device(); torch.manual_seed(0)\n"
+             "x, w = torch.randn(128, 1024), torch.randn(1024, 1024)\n"
+             "assert _C._host_kernels() == (False, True) and _C._host_big_dots()\n"
+             # 128*1024*1024 multiply-adds (over 10^8): oneDNN's matmul, forward and both gradients
+             "xd, wd = x.to(d).requires_grad_(), w.to(d).requires_grad_()\n"
+             "y = xd @ wd.t()\n"
+             "assert 'txla_aten_dot' in X._get_xla_tensors_hlo([y])\n"
+             "y.sum().backward()\n"
+             "assert 'txla_aten_dot' in X._get_xla_tensors_hlo([xd.grad, wd.grad])\n"
+             "xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()\n"
+             "yc = xc @ wc.t(); yc.sum().backward()\n"
+             "for got, want in ((y, yc), (xd.grad, xc.grad), (wd.grad, wc.grad)):\n"
+             "    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=2e-4)\n"
+             # below the threshold, bf16 and f64 dots stay XLA's
+             "for t in (x[:64].to(d) @ w.to(d).t(), x.bfloat16().to(d) @ w.bfloat16().to(d).t(),\n"
+             "          x.double().to(d) @ w.double().to(d).t()):\n"
+             "    assert 'txla_aten_dot' not in X._get_xla_tensors_hlo([t]) and 'dot_general' in X._get_xla_tensors_hlo([t])\n"
+             # a precision the user chose must reach XLA's dot
+             "import torch_xla.backends as B\nB.set_mat_mul_precision('highest')\n"
+             "assert 'txla_aten_dot' not in X._get_xla_tensors_hlo([x.to(d) @ w.to(d).t()])\n"
+             "B.set_mat_mul_precision('default')\n"
+             "_C._set_host_big_dots(False)\n"
+             "assert 'txla_aten_dot' not in X._get_xla_tensors_hlo([x.to(d) @ w.to(d).t()])\n")
+
+
+def test_big_f32_dots_run_onednn_by_default():
+    """Kind "bigdot" (default): f32 dots of at least 10^8 multiply-adds run oneDNN's matmul through
+    ATen (equal to eager within float rounding: another accumulation order); smaller, bf16 and f64
+    dots, and dots at a precision the user set, stay XLA's; _set_host_big_dots switches it."""
+    _assert_ok(_run(_BIG_DOTS))

@@ -379,15 +379,18 @@ def exported_program_to_stablehlo(exported_model, options: Optional[StableHLOExp
     README) are off while it is traced."""
     from torch_xla import _C
     kinds, reductions, norms = _C._host_kernels(), _C._host_reductions(), _C._host_norms()
+    big_dots = _C._host_big_dots()
     _C._set_host_kernels(False, False)
     _C._set_host_reductions(False)
     _C._set_host_norms(False)
+    _C._set_host_big_dots(False)
     try:
         return _exported_program_to_stablehlo(exported_model, options)
     finally:
         _C._set_host_kernels(*kinds)
         _C._set_host_reductions(reductions)
         _C._set_host_norms(norms)
+        _C._set_host_big_dots(big_dots)
 
 
 def _exported_program_to_stablehlo(exported_model, options):

@@ -118,13 +118,16 @@ void Dot(Frame& f) {
   // Permuted views; reshape copies only where the grouped dims are not adjacent in memory.
   at::Tensor l = a.permute(pa).reshape({B, M, K}), r = b.permute(pb).reshape({B, K, N});
   at::Tensor out = f.rets[0].view({B, M, N});
-  static const auto dnnl = [] {
-    using Fn = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, float, float);
+  // oneDNN's f32 matmul (ATen's at::native::mkldnn_matmul, found at run time): for every f32 host dot
+  // with TXLA_HOST_DOT_ONEDNN=1, else for the big ones (kind "bigdot"). at::mm otherwise (MKL).
+  using Fn = void (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&, float, float);
+  static const Fn dnnl = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZN2at6native13mkldnn_matmulERKNS_6TensorES3_S3_ff"));
+  static const bool dnnl_all = [] {
     const char* v = std::getenv("TXLA_HOST_DOT_ONEDNN");
-    if (v == nullptr || std::string(v) != "1") return static_cast<Fn>(nullptr);
-    return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZN2at6native13mkldnn_matmulERKNS_6TensorES3_S3_ff"));
+    return v != nullptr && std::string(v) == "1";
   }();
-  if (dnnl != nullptr && a.scalar_type() == at::kFloat) {
+  if (dnnl != nullptr && a.scalar_type() == at::kFloat &&
+      (dnnl_all || (ir::HostBigDots() && B * M * N * K >= ir::HostBigDotMinFlops()))) {
     if (B == 1) {
       dnnl(l.select(0, 0), r.select(0, 0), out.select(0, 0), 0.f, 1.f);
     } else {
@@ -310,15 +313,15 @@ XLA_FFI_Error* Handle(XLA_FFI_CallFrame* cf) {
 // "reduce", any comma-separated list of these, "1"/"all" (every kind), "0"/"none" (none; handlers
 // not even registered).
 struct Kinds {
-  bool dots = false, convs = false, transposed_only = false, reductions = false, norms = false;
+  bool dots = false, convs = false, transposed_only = false, reductions = false, norms = false, big_dots = false;
 };
 Kinds KindsFromEnv() {
   const char* v = std::getenv("TORCH_XLA_HOST_KERNELS");
-  std::string s = v ? v : "conv,reduce";
+  std::string s = v ? v : "conv,reduce,bigdot";
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   Kinds k;
   bool all_dots = false;
-  if (s == "1" || s == "all" || s == "true") return {true, true, false, true, true};
+  if (s == "1" || s == "all" || s == "true") return {true, true, false, true, true, true};
   if (s == "0" || s == "none" || s == "false" || s.empty()) return k;
   size_t pos = 0;
   while (pos <= s.size()) {
@@ -330,6 +333,8 @@ Kinds KindsFromEnv() {
     } else if (w == "tdot" || w == "tdots") {
       k.dots = true;
       k.transposed_only = true;
+    } else if (w == "bigdot" || w == "bigdots") {
+      k.big_dots = true;
     } else if (w == "conv" || w == "convs") {
       k.convs = true;
     } else if (w == "reduce" || w == "reductions" || w == "sum") {
@@ -338,7 +343,7 @@ Kinds KindsFromEnv() {
       k.norms = true;
     } else if (!w.empty()) {
       throw std::invalid_argument("TORCH_XLA_HOST_KERNELS: unknown kind '" + w +
-                                  "' (expected conv, dot, tdot, reduce, norm, all or 0, or a comma-separated list)");
+                                  "' (expected conv, dot, tdot, bigdot, reduce, norm, all or 0, or a comma-separated list)");
     }
     if (e == std::string::npos) break;
     pos = e + 1;
@@ -356,7 +361,10 @@ bool g_registered = false;
 // the same plugin reuses it. A plugin that refuses is used without host kernels, with a warning.
 void RegisterHostKernels(runtime::Client& client) {
   Kinds kinds = KindsFromEnv();
-  if ((!kinds.dots && !kinds.convs && !kinds.reductions && !kinds.norms) || client.PlatformName() != "cpu") return;
+  if ((!kinds.dots && !kinds.convs && !kinds.reductions && !kinds.norms && !kinds.big_dots) ||
+      client.PlatformName() != "cpu") {
+    return;
+  }
   HostKernelThreads();  // a bad TORCH_XLA_HOST_KERNEL_THREADS is an error here, not in an execution
   static std::set<const void*> registered;
   if (!registered.count(client.api())) {
@@ -387,6 +395,7 @@ void RegisterHostKernels(runtime::Client& client) {
     ir::SetHostKernels(kinds.dots, kinds.convs);
     ir::SetHostReductions(kinds.reductions);
     ir::SetHostNorms(kinds.norms);
+    ir::SetHostBigDots(kinds.big_dots);
   }
   ir::SetHostDotsTransposedOnly(kinds.transposed_only);
 }
@@ -396,6 +405,9 @@ void SetHostReductionKind(bool on) { ir::SetHostReductions(on && g_registered &&
 
 // Switches host batch norm for graphs traced from now on (tests, export); only where registered.
 void SetHostNormKind(bool on) { ir::SetHostNorms(on && g_registered && !graph::spmd::Enabled()); }
+
+// Switches big dots for graphs traced from now on (tests, export); only where registered.
+void SetHostBigDotKind(bool on) { ir::SetHostBigDots(on && g_registered && !graph::spmd::Enabled()); }
 
 // Switches the kinds for graphs traced from now on (tests, export); only where registered.
 void SetHostKernelKinds(bool dots, bool convs) {
@@ -417,6 +429,7 @@ void RegisterHostKernels(runtime::Client&) {}
 void SetHostKernelKinds(bool, bool) {}
 void SetHostReductionKind(bool) {}
 void SetHostNormKind(bool) {}
+void SetHostBigDotKind(bool) {}
 }  // namespace txla::bridge
 
 #endif

@@ -30,6 +30,7 @@ void RegisterHostKernels(runtime::Client& client);  // host_kernels.cc
 void SetHostKernelKinds(bool dots, bool convs);     // host_kernels.cc
 void SetHostReductionKind(bool on);                 // host_kernels.cc
 void SetHostNormKind(bool on);                      // host_kernels.cc
+void SetHostBigDotKind(bool on);                    // host_kernels.cc
 }
 
 namespace {
@@ -250,6 +251,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_host_norms", [](bool on) {
     graph::GetClient();
     bridge::SetHostNormKind(on);
+  });
+  // Big dots (float32 dots of at least 10^8 multiply-adds through oneDNN's matmul): on / switch.
+  m.def("_host_big_dots", []() {
+    graph::GetClient();
+    return ir::HostBigDots();
+  });
+  m.def("_set_host_big_dots", [](bool on) {
+    graph::GetClient();
+    bridge::SetHostBigDotKind(on);
   });
   // Denormals on XLA:CPU (runtime/fp_env.h): (handler registered, graphs keep denormals now,
   // intra-op pool threads cleared). Starts the client.

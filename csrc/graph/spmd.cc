@@ -169,6 +169,7 @@ void Enable() {
   ir::SetHostKernels(false, false);
   ir::SetHostReductions(false);
   ir::SetHostNorms(false);
+  ir::SetHostBigDots(false);
   g_enabled = true;
 }
 

@@ -2,6 +2,7 @@
 #include "util/text.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -813,13 +814,14 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
   for (int i = 0; i < a.rank(); ++i) if (!in(lb, i) && !in(lc, i)) dims.push_back(a.dims()[i]);
   for (int i = 0; i < b.rank(); ++i) if (!in(rb, i) && !in(rc, i)) dims.push_back(b.dims()[i]);
   // A precision set by the user (set_mat_mul_precision) must reach XLA's dot: host kernels only at DEFAULT.
-  if (HostDots() && MatMulPrecision() == 0 && a.dtype() == out && b.dtype() == out && HostDotDType(out)) {
+  const bool big_dots = HostBigDots() && out == DType::kF32;
+  if ((HostDots() || big_dots) && MatMulPrecision() == 0 && a.dtype() == out && b.dtype() == out &&
+      HostDotDType(out)) {
     int64_t flops = 1;
     for (int64_t d : dims) flops *= d;
     for (int64_t d : lc) flops *= a.dims()[d];
-    if (flops >= kHostDotMinFlops && (!HostDotsTransposedOnly() || RhsContractsMinor(b, rb, rc))) {
-      return HostDot(a, b, lb, rb, lc, rc, Shape(out, dims));
-    }
+    const bool all = HostDots() && flops >= kHostDotMinFlops && (!HostDotsTransposedOnly() || RhsContractsMinor(b, rb, rc));
+    if (all || (big_dots && flops >= HostBigDotMinFlops())) return HostDot(a, b, lb, rb, lc, rc, Shape(out, dims));
   }
   Attrs at;
   at.ints.reserve(4);  // not `= {lb, rb, lc, rc}`: an initializer list copies every list twice
@@ -832,8 +834,18 @@ Value DotGeneral(const Value& a, const Value& b, const std::vector<int64_t>& lb,
 
 namespace {
 std::atomic<bool> g_host_dots{false}, g_host_convs{false}, g_host_dots_transposed_only{false},
-    g_host_reductions{false}, g_host_norms{false};
+    g_host_reductions{false}, g_host_norms{false}, g_host_big_dots{false};
 }  // namespace
+
+void SetHostBigDots(bool on) { g_host_big_dots.store(on); }
+bool HostBigDots() { return g_host_big_dots.load(std::memory_order_relaxed); }
+int64_t HostBigDotMinFlops() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("TXLA_HOST_BIG_DOT_MIN_FLOPS");
+    return v != nullptr && *v != 0 ? std::max<int64_t>(1, std::atoll(v)) : int64_t{100000000};
+  }();
+  return n;
+}
 
 void SetHostNorms(bool on) { g_host_norms.store(on); }
 bool HostNorms() { return g_host_norms.load(std::memory_order_relaxed); }

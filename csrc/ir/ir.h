@@ -313,6 +313,13 @@ void SetHostDotsTransposedOnly(bool only);
 bool HostDotsTransposedOnly();
 bool HostDots();
 bool HostConvs();
+// Big dots (kind "bigdot", on by default): float32 dots of at least HostBigDotMinFlops()
+// multiply-adds run oneDNN's matmul through ATen (at::native::mkldnn_matmul; at::mm where that is
+// missing) even when HostDots() is off. Measured on the CPU plugin: the MLP step 0.78-0.81x with
+// them, the GPT-2-style step (no dot that large) unchanged.
+void SetHostBigDots(bool on);
+bool HostBigDots();
+int64_t HostBigDotMinFlops();  // 10^8; TXLA_HOST_BIG_DOT_MIN_FLOPS overrides
 bool HostKernels();  // either kind
 // Host reductions (kind "reduce"): large floating column sums (f32/f64, at least
 // kHostReduceMinElems elements, the minor dimension kept) run ATen's sum kernel: XLA:CPU reduces in
