@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 CHILD = r"""
-import json, sys, time, resource
+import json, os, sys, time, resource
 sys.path.insert(0, {examples!r})
 import torch, torch.nn as nn, torch.nn.functional as F
 mode, model_name, steps, warmup = {mode!r}, {model!r}, {steps}, {warmup}
@@ -55,7 +55,7 @@ import models
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(0)
 if model_name == "gpt2":
-    model = models.GPT2(vocab=256, block=64, d=128, heads=4, layers=2).to(device)
+    model = models.GPT2(vocab=256, block=64, d=int(os.environ.get("BENCH_GPT2_D", "128")), heads=4, layers=2).to(device)
     model.tie_weights()
     x = torch.randint(0, 256, (16, 64), generator=g); y = torch.roll(x, -1, 1)
     x, y = x.to(device), y.to(device)
@@ -114,7 +114,7 @@ print("RESULT " + json.dumps(out))
 # The MLP step in JAX (jax.jit on jaxlib's own XLA:CPU, parameters and momentum donated): the
 # `jax` configuration (MLP only). host ms = dispatch of one jitted step with the device idle.
 JAX_CHILD = r"""
-import json, sys, time, resource
+import json, os, sys, time, resource
 import jax
 sys.path.insert(0, {bench!r})
 from jax_mlp_step import make
