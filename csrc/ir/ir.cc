@@ -2,9 +2,9 @@
 #include "util/text.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace txla::ir {

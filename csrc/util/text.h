@@ -60,8 +60,6 @@ class Text {
 
   const std::string& str() const { return s_; }
   std::string take() { return std::move(s_); }
-  bool empty() const { return s_.empty(); }
-  void clear() { s_.clear(); }
 
  private:
   std::string s_;
