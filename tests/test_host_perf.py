@@ -159,3 +159,91 @@ def test_fill_scalar_matches_eager():
     ref = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     out = torch.nn.functional.scaled_dot_product_attention(q.to(dev), q.to(dev), q.to(dev), is_causal=True)
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-5)
+
+
+# ---- The in-place meta checks remember the calls they accepted (TXLA_INPLACE_META_CACHE).
+# Functionalization replays every in-place op on meta tensors, and for most ops the meta kernel is
+# torch's Python reference (relu_ 300 us, clamp_ 1 ms a call): each accepted call's metadata is
+# remembered, refused ones never are.
+
+def _python_calls_in_refs(fn):
+    """How many Python functions of torch's references/decompositions/prims `fn` enters."""
+    import sys
+    count = [0]
+
+    def prof(frame, event, arg):
+        if event == "call":
+            f = frame.f_code.co_filename
+            if "torch/_refs" in f or "torch/_decomp" in f or "torch/_prims" in f or "_meta_registrations" in f:
+                count[0] += 1
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+@pytest.mark.parametrize("op", ["relu_", "clamp_", "neg_", "tanh_", "hardtanh_", "sub_t"])
+def test_repeated_inplace_op_skips_pythons_meta_kernel(op):
+    d = torch_xla.device()
+    calls = {"relu_": lambda t, o: t.relu_(), "clamp_": lambda t, o: t.clamp_(-1, 1), "neg_": lambda t, o: t.neg_(),
+             "tanh_": lambda t, o: t.tanh_(), "hardtanh_": lambda t, o: torch.nn.functional.hardtanh(t, inplace=True),
+             "sub_t": lambda t, o: t.sub_(o)}[op]
+    base = torch.randn(4, 5)
+    other = torch.randn(5)
+    x, o = base.clone().to(d), other.to(d)
+    calls(x, o)
+    second = _python_calls_in_refs(lambda: calls(x, o))
+    assert second == 0, f"{op}: {second} Python meta calls on a repeated call"
+    torch.testing.assert_close(x.cpu(), calls(calls(base.clone(), other), other))
+
+
+def test_inplace_meta_cache_keeps_every_refusal():
+    """A refused call raises every time, and accepting one shape or dtype accepts nothing else."""
+    d = torch_xla.device()
+    a = torch.ones(3, 4, device=d)
+    a.sub_(torch.ones(4, device=d))          # accepted: broadcast into self
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch.ones(4, device=d).sub_(a)  # the same op, a shape it may not write
+    i = torch.arange(4, device=d)
+    i.relu_()                                # int relu_ is fine
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Bool"):
+            torch.ones(3, dtype=torch.bool, device=d).relu_()
+    f = torch.zeros(4, device=d)
+    f.clamp_(0.5, 1.5)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            i.clamp_(torch.tensor(0.5, device=d), torch.tensor(1.5, device=d))
+    # a strided (expanded) self: the overlap check still runs on every call
+    e = torch.ones(1, 3, device=d).expand(4, 3)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="more than one element"):
+            e.neg_()
+    torch_xla.sync()
+    torch.testing.assert_close(a.cpu(), torch.zeros(3, 4))
+    torch.testing.assert_close(f.cpu(), torch.full((4,), 0.5))
+
+
+def test_inplace_meta_cache_off_matches(tmp_path):
+    """TXLA_INPLACE_META_CACHE=0 runs the meta kernel every call; values are the same."""
+    import subprocess
+    import sys
+    code = ("import torch, torch_xla\n"
+            "x = torch.arange(-3., 3.).to(torch_xla.device())\n"
+            "for _ in range(3): x.relu_(); x.sub_(0.5); x.clamp_(-1, 2)\n"
+            "print(x.cpu().tolist())\n")
+    outs = []
+    for v in ("0", "1"):
+        import os
+        env = dict(os.environ, TXLA_INPLACE_META_CACHE=v)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(r.stdout.strip().splitlines()[-1])
+    x = torch.arange(-3., 3.)
+    for _ in range(3):
+        x.relu_(); x.sub_(0.5); x.clamp_(-1, 2)
+    assert outs[0] == outs[1] == str(x.tolist())

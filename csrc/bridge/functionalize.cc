@@ -30,10 +30,13 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <unordered_set>
 
 #include "bridge/bridge.h"
 
@@ -520,6 +523,117 @@ enum class OverlapRule {
 };
 
 // ---- Generic meta kernel of in-place ops (see 2. above).
+
+// What a meta check of an in-place op can depend on, as a flat list of numbers: per argument its
+// kind, a tensor's dtype, sizes, strides, device type and flags (a wrapped number promotes like a
+// Python scalar), a scalar's type and exact value, lists element by element, plus the default dtype
+// (Python floats promote to it). Two calls with equal keys get the same answer from the functional
+// twin's meta kernel, which sees nothing else. Returns false for a value it cannot encode (symbolic
+// sizes, objects): such calls are checked every time.
+bool EncodeMetaCall(c10::ArrayRef<c10::IValue> ivs, std::vector<int64_t>& key) {
+  key.clear();
+  key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  auto tensor = [&](const at::Tensor& t) -> bool {
+    if (!t.defined()) {
+      key.push_back(-1);
+      return true;
+    }
+    if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(static_cast<int64_t>(t.device().type()));
+    key.push_back((t.unsafeGetTensorImpl()->is_wrapped_number() ? 1 : 0) | (t.is_conj() ? 2 : 0) |
+                  (t.is_neg() ? 4 : 0) | (static_cast<int64_t>(t.layout()) << 3));
+    key.push_back(t.dim());
+    for (int64_t d : t.sizes()) key.push_back(d);
+    for (int64_t d : t.strides()) key.push_back(d);
+    return true;
+  };
+  auto bits = [](double d) {
+    int64_t b;
+    std::memcpy(&b, &d, sizeof b);
+    return b;
+  };
+  for (const c10::IValue& v : ivs) {
+    if (v.isTensor()) {
+      key.push_back(5);
+      if (!tensor(v.toTensor())) return false;
+    } else if (v.isNone() || v.isGenerator()) {
+      key.push_back(v.isNone() ? 1 : 2);  // a generator is dropped before the meta call
+    } else if (v.isBool()) {
+      key.push_back(10 + v.toBool());
+    } else if (v.isInt()) {
+      key.push_back(20);
+      key.push_back(v.toInt());
+    } else if (v.isDouble()) {
+      key.push_back(30);
+      key.push_back(bits(v.toDouble()));
+    } else if (v.isComplexDouble()) {
+      c10::complex<double> c = v.toComplexDouble();
+      key.push_back(40);
+      key.push_back(bits(c.real()));
+      key.push_back(bits(c.imag()));
+    } else if (v.isString()) {
+      const std::string& s = v.toStringRef();
+      key.push_back(50);
+      key.push_back(static_cast<int64_t>(s.size()));
+      for (char ch : s) key.push_back(static_cast<unsigned char>(ch));
+    } else if (v.isIntList()) {
+      auto l = v.toIntList();
+      key.push_back(60);
+      key.push_back(static_cast<int64_t>(l.size()));
+      for (int64_t x : l) key.push_back(x);
+    } else if (v.isDoubleList()) {
+      auto l = v.toDoubleList();
+      key.push_back(70);
+      key.push_back(static_cast<int64_t>(l.size()));
+      for (double x : l) key.push_back(bits(x));
+    } else if (v.isBoolList()) {
+      auto l = v.toBoolList();
+      key.push_back(80);
+      key.push_back(static_cast<int64_t>(l.size()));
+      for (bool x : l) key.push_back(x);
+    } else if (v.isTensorList()) {
+      key.push_back(90);
+      key.push_back(static_cast<int64_t>(v.toTensorList().size()));
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        if (!tensor(t)) return false;
+      }
+    } else if (v.isOptionalTensorList()) {
+      auto l = v.toOptionalTensorList();
+      key.push_back(100);
+      key.push_back(static_cast<int64_t>(l.size()));
+      for (size_t i = 0; i < l.size(); ++i) {
+        std::optional<at::Tensor> t = l.get(i);
+        if (!tensor(t ? *t : at::Tensor())) return false;
+      }
+    } else if (v.isDevice()) {
+      key.push_back(110);
+      key.push_back(static_cast<int64_t>(v.toDevice().type()));
+      key.push_back(v.toDevice().index());
+    } else {
+      return false;  // symbolic numbers, objects, anything else: not cached
+    }
+  }
+  return true;
+}
+
+struct MetaKeyHash {
+  size_t operator()(const std::vector<int64_t>& k) const noexcept {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001b3ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// TXLA_INPLACE_META_CACHE=0: run the functional twin's meta kernel on every call (A/B, tests).
+bool InplaceMetaCacheOn() {
+  static const bool on = [] {
+    const char* e = std::getenv("TXLA_INPLACE_META_CACHE");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 struct InplaceMeta : c10::OperatorKernel {
   InplaceMeta(c10::OperatorHandle functional, OverlapRule check_overlap, bool check_fill_value)
       : functional_(std::move(functional)), check_overlap_(check_overlap), check_fill_value_(check_fill_value) {}
@@ -563,6 +677,20 @@ struct InplaceMeta : c10::OperatorKernel {
       }
     }
     NoteOverlappingWrite(self);
+    // The functional twin's meta kernel is a pure function of the call's metadata; torch's Python
+    // ones cost 40-1,000 us a call (relu_, clamp_, sub_, neg_, pow_ ...), paid again at every
+    // step. Calls it accepted before are remembered, exactly (the whole key is compared); refused
+    // ones are never cached, so every error is raised again.
+    std::vector<int64_t>& key = CallKey();
+    bool cacheable = InplaceMetaCacheOn() && EncodeMetaCall(ivs, key);
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (passed_.count(key)) {
+        torch::jit::drop(*stack, n);
+        stack->push_back(self);
+        return;
+      }
+    }
     torch::jit::Stack st(ivs.begin(), ivs.end());
     // A generator does not change shapes or dtypes, and torch's Python metas of the random fills
     // (exponential, cauchy, ...) refuse one ("generator is not supported in refs").
@@ -582,9 +710,20 @@ struct InplaceMeta : c10::OperatorKernel {
       RaiseEagerDtypeError(op, ivs);
       throw;
     }
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (passed_.size() >= 4096) passed_.clear();  // bounded: a program of ever-new shapes
+      passed_.insert(key);
+    }
     torch::jit::drop(*stack, n);
     stack->push_back(self);
   }
+  static std::vector<int64_t>& CallKey() {
+    static thread_local std::vector<int64_t> k;
+    return k;
+  }
+  std::mutex mu_;
+  std::unordered_set<std::vector<int64_t>, MetaKeyHash> passed_;
   // The meta computation refused the call. Eager's kernel may refuse it first for its dtypes
   // (bool pow_, integer igamma_: NotImplementedError, where the Python meta kernels computed another
   // result type): run the in-place op on one-element CPU tensors of the same dtypes and raise eager's
