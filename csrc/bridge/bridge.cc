@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "ops/op_table.h"
 #include "util/metrics.h"
@@ -220,6 +221,78 @@ namespace {
 
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+using Layout = std::pair<std::vector<int64_t>, std::vector<int64_t>>;  // sizes, strides
+using ResultLayouts = std::vector<std::optional<Layout>>;
+
+// The layouts eager gives an op's results (see EagerResultStrides): per result, the sizes and
+// strides to take, or nothing (keep contiguous).
+ResultLayouts ComputeResultLayouts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs,
+                                   const std::vector<c10::IValue>& results, bool pointwise, bool candidate) {
+  ResultLayouts out(results.size());
+  if (pointwise) {
+    // Pointwise ops: eager's CPU kernels lay out their results with TensorIterator, but the meta
+    // kernels of a few (div with rounding_mode='floor', floor_divide, copysign, where) return
+    // contiguous results: ask TensorIterator itself, over meta operands laid out like ours (fuzz
+    // seed 18455: a floor division of a transposed tensor kept contiguous strides, so .view() was
+    // accepted where eager refuses it).
+    try {
+      at::TensorIteratorConfig cfg;
+      cfg.set_check_mem_overlap(false).check_all_same_dtype(false).declare_static_dtype_and_device(at::kFloat, at::kMeta);
+      cfg.add_owned_output(at::Tensor());
+      size_t inputs = 0;
+      for (const auto& v : ivs) {
+        if (!v.isTensor() || !v.toTensor().defined()) continue;
+        const at::Tensor& t = v.toTensor();
+        cfg.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().device(at::kMeta)));
+        ++inputs;
+      }
+      if (inputs > 0) {
+        at::TensorIterator iter = cfg.build();
+        const at::Tensor& meta = iter.output(0);
+        for (size_t i = 0; i < results.size(); ++i) {
+          if (results[i].isTensor()) out[i] = Layout{meta.sizes().vec(), meta.strides().vec()};
+        }
+        return out;
+      }
+    } catch (const std::exception&) {
+      // fall through to the meta kernel
+    }
+  }
+  if (!candidate) return out;
+  try {
+    torch::jit::Stack st;
+    for (const auto& v : ivs) {
+      if (v.isTensor() && v.toTensor().defined()) {
+        const at::Tensor& t = v.toTensor();
+        st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+      } else if (v.isOptionalTensorList()) {  // index's indices
+        c10::List<std::optional<at::Tensor>> metas;
+        for (const auto& t : v.toOptionalTensorList().vec()) {
+          metas.push_back(t && t->defined() ? std::optional<at::Tensor>(at::empty_strided(
+                                                  t->sizes(), t->strides(), t->options().device(at::kMeta)))
+                                            : std::optional<at::Tensor>());
+        }
+        st.emplace_back(metas);
+      } else if (v.isDevice()) {
+        st.emplace_back(c10::Device(c10::kMeta));  // a factory (empty.memory_format): its meta kernel
+      } else {
+        st.push_back(v);
+      }
+    }
+    at::AutoDispatchSkipFunctionalize guard;
+    op.callBoxed(st);
+    for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
+      if (!results[i].isTensor() || !st[i].isTensor()) continue;
+      const at::Tensor& meta = st[i].toTensor();
+      if (!meta.defined() || meta.is_contiguous() || !meta.is_non_overlapping_and_dense()) continue;
+      out[i] = Layout{meta.sizes().vec(), meta.strides().vec()};
+    }
+  } catch (const std::exception&) {
+    // Layout only: keep contiguous results if the op has no meta kernel.
+  }
+  return out;
+}
+
 // Eager gives an op's results the memory layout of its inputs (TensorIterator keeps a transposed
 // input's order), and layout decides whether reshape copies or aliases. When a result has the
 // shape of a dense, non-contiguous input, run the op on meta tensors laid out like the inputs and
@@ -284,72 +357,50 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
   for (const auto& arg : op.schema().arguments()) {
     if (arg.name() == "memory_format") pointwise = false;  // clone: its memory_format decides (meta below)
   }
-  if (pointwise) {
-    // Pointwise ops: eager's CPU kernels lay out their results with TensorIterator, but the meta
-    // kernels of a few (div with rounding_mode='floor', floor_divide, copysign, where) return
-    // contiguous results: ask TensorIterator itself, over meta operands laid out like ours (fuzz
-    // seed 18455: a floor division of a transposed tensor kept contiguous strides, so .view() was
-    // accepted where eager refuses it).
-    try {
-      at::TensorIteratorConfig cfg;
-      cfg.set_check_mem_overlap(false).check_all_same_dtype(false).declare_static_dtype_and_device(at::kFloat, at::kMeta);
-      cfg.add_owned_output(at::Tensor());
-      size_t inputs = 0;
-      for (const auto& v : ivs) {
-        if (!v.isTensor() || !v.toTensor().defined()) continue;
-        const at::Tensor& t = v.toTensor();
-        cfg.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().device(at::kMeta)));
-        ++inputs;
+  if (!pointwise && !candidate) return;
+  // The layouts depend only on the op, the arguments' metadata and the results' sizes; torch's
+  // Python meta kernels (empty_like, bmm, ...) cost 20-100 us a call, so each answer is remembered.
+  static thread_local std::vector<int64_t> key;
+  bool cacheable = EncodeMetaCall(ivs, key);
+  if (cacheable) {
+    key.push_back(reinterpret_cast<int64_t>(&op.schema()));
+    key.push_back(pointwise ? 1 : 0);
+    key.push_back(candidate ? 1 : 0);
+    for (const auto& r : results) {
+      if (!r.isTensor() || !r.toTensor().defined()) {
+        key.push_back(-1);
+        continue;
       }
-      if (inputs > 0) {
-        at::TensorIterator iter = cfg.build();
-        const at::Tensor& meta = iter.output(0);
-        for (const auto& r : results) {
-          if (!r.isTensor()) continue;
-          const at::Tensor& out = r.toTensor();
-          if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
-          if (!meta.sizes().equals(out.sizes())) continue;
-          out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
-        }
-        return;
-      }
-    } catch (const std::exception&) {
-      // fall through to the meta kernel
+      key.push_back(r.toTensor().dim());
+      for (int64_t d : r.toTensor().sizes()) key.push_back(d);
     }
   }
-  if (!candidate) return;
-  try {
-    torch::jit::Stack st;
-    for (const auto& v : ivs) {
-      if (v.isTensor() && v.toTensor().defined()) {
-        const at::Tensor& t = v.toTensor();
-        st.emplace_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
-      } else if (v.isOptionalTensorList()) {  // index's indices
-        c10::List<std::optional<at::Tensor>> metas;
-        for (const auto& t : v.toOptionalTensorList().vec()) {
-          metas.push_back(t && t->defined() ? std::optional<at::Tensor>(at::empty_strided(
-                                                  t->sizes(), t->strides(), t->options().device(at::kMeta)))
-                                            : std::optional<at::Tensor>());
-        }
-        st.emplace_back(metas);
-      } else if (v.isDevice()) {
-        st.emplace_back(c10::Device(c10::kMeta));  // a factory (empty.memory_format): its meta kernel
-      } else {
-        st.push_back(v);
-      }
+  static std::mutex mu;
+  static std::unordered_map<std::vector<int64_t>, ResultLayouts, MetaKeyHash> cache;
+  ResultLayouts layouts;
+  bool hit = false;
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      layouts = it->second;
+      hit = true;
     }
-    at::AutoDispatchSkipFunctionalize guard;
-    op.callBoxed(st);
-    for (size_t i = 0; i < results.size() && i < st.size(); ++i) {
-      if (!results[i].isTensor() || !st[i].isTensor()) continue;
-      const at::Tensor& out = results[i].toTensor();
-      const at::Tensor& meta = st[i].toTensor();
-      if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
-      if (!meta.sizes().equals(out.sizes()) || meta.is_contiguous() || !meta.is_non_overlapping_and_dense()) continue;
-      out.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides());
+  }
+  if (!hit) {
+    layouts = ComputeResultLayouts(op, ivs, results, pointwise, candidate);
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (cache.size() >= 8192) cache.clear();  // bounded: a program of ever-new shapes
+      cache.emplace(key, layouts);
     }
-  } catch (const std::exception&) {
-    // Layout only: keep contiguous results if the op has no meta kernel.
+  }
+  for (size_t i = 0; i < results.size() && i < layouts.size(); ++i) {
+    if (!layouts[i] || !results[i].isTensor()) continue;
+    const at::Tensor& out = results[i].toTensor();
+    if (!out.defined() || !dynamic_cast<XLATensorImpl*>(out.unsafeGetTensorImpl())) continue;
+    if (!out.sizes().equals(layouts[i]->first)) continue;
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(layouts[i]->first, layouts[i]->second);
   }
 }
 

@@ -65,6 +65,14 @@ void CheckNoOverlappingWrite(const at::Tensor& self, const std::string& op);
 // A write allowed into overlapping memory (fills): the functional op's result keeps `self`'s
 // layout when its elements overlap (ExpectInplaceResultLayout), else nothing is expected.
 void NoteOverlappingWrite(const at::Tensor& self);
+// What a meta kernel's answer for a call can depend on, as a flat key (appended to `key` after it is
+// cleared): per argument its kind, a tensor's dtype, sizes, strides, device type and flags, a
+// scalar's type and exact value, lists element by element, and the default dtype. False for values
+// it cannot encode (symbolic sizes, objects): such calls are not cached.
+bool EncodeMetaCall(c10::ArrayRef<c10::IValue> ivs, std::vector<int64_t>& key);
+struct MetaKeyHash {
+  size_t operator()(const std::vector<int64_t>& k) const noexcept;
+};
 // Whether two elements of a tensor of these sizes and strides share a memory location.
 bool ElementsOverlap(at::IntArrayRef sizes, at::IntArrayRef strides);
 // Writes into a view whose elements overlap (allowed for fills and copies): the functional op that

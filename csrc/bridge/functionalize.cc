@@ -524,6 +524,8 @@ enum class OverlapRule {
 
 // ---- Generic meta kernel of in-place ops (see 2. above).
 
+}  // namespace
+
 // What a meta check of an in-place op can depend on, as a flat list of numbers: per argument its
 // kind, a tensor's dtype, sizes, strides, device type and flags (a wrapped number promotes like a
 // Python scalar), a scalar's type and exact value, lists element by element, plus the default dtype
@@ -617,13 +619,13 @@ bool EncodeMetaCall(c10::ArrayRef<c10::IValue> ivs, std::vector<int64_t>& key) {
   return true;
 }
 
-struct MetaKeyHash {
-  size_t operator()(const std::vector<int64_t>& k) const noexcept {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001b3ull;
-    return static_cast<size_t>(h);
-  }
-};
+size_t MetaKeyHash::operator()(const std::vector<int64_t>& k) const noexcept {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001b3ull;
+  return static_cast<size_t>(h);
+}
+
+namespace {
 
 // TXLA_INPLACE_META_CACHE=0: run the functional twin's meta kernel on every call (A/B, tests).
 bool InplaceMetaCacheOn() {
