@@ -29,6 +29,13 @@ def _adamax(g, x, d):
     return A.adaptive_max_pool2d_backward(mk((1, 1, 2, 2), g, 1).to(d), X, A.adaptive_max_pool2d(X, [2, 2])[1])
 
 
+def _flash_attention(g, x, d):
+    q, k, v = (mk((1, 2, 3, 4), x, s).to(d) for s in (2, 3, 4))
+    out, lse = A._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+    return A._scaled_dot_product_flash_attention_for_cpu_backward(mk((1, 2, 3, 4), g, 1).to(d), q, k, v, out, lse,
+                                                                   0.0, True)
+
+
 def _batch_norm(g, x, d):
     return A.native_batch_norm_backward(
         mk((2, 3, 4), g, 1).to(d), mk((2, 3, 4), x, 2).to(d), mk(3, x, 3).to(d), None, None, mk(3, x, 4).to(d),
@@ -86,6 +93,7 @@ CASES = {
         mk((1, 2, 3, 3), g, 1).to(d), mk((1, 1, 5, 5), x, 2).to(d), mk((2, 1, 3, 3), x, 3).to(d), [2], [1, 1], [0, 0],
         [1, 1], False, [0, 0], 1, [True, True, True]),
     "max_pool2d_with_indices_backward": _maxpool,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _flash_attention,
     "avg_pool2d_backward": lambda g, x, d: A.avg_pool2d_backward(
         mk((1, 1, 2, 2), g, 1).to(d), mk((1, 1, 4, 4), x, 2).to(d), [2, 2], [2, 2], [0, 0], False, True, None),
     "avg_pool3d_backward": lambda g, x, d: A.avg_pool3d_backward(

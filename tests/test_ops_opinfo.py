@@ -156,6 +156,8 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("squeeze_copy", ""): ("squeeze_copy", "squeeze_copy.dim"),
     ("unsqueeze", ""): ("unsqueeze_copy",),
     ("unsqueeze_copy", ""): ("unsqueeze_copy",),
+    ("unfold", ""): ("unfold_copy",),
+    ("unfold_copy", ""): ("unfold_copy",),
     ("alias_copy", ""): ("alias_copy",),
     ("clone", ""): ("clone",),
     ("select_scatter", ""): ("select_scatter",),

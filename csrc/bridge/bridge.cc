@@ -8,6 +8,7 @@
 #include <ATen/Version.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 #include <ATen/ops/add_meta_dispatch.h>
@@ -128,6 +129,22 @@ void XLATensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>&
   TORCH_CHECK(other, "cannot shallow-copy a non-XLA tensor into an XLA tensor");
   copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
   tensor_ = other->tensor_;
+}
+
+// Under torch.inference_mode a view of a normal (non-inference) tensor is a normal tensor, as in
+// eager; functionalization's wrapper takes its keys from our inner result, which, made in inference
+// mode, had none. Autograd's view tracking (inference mode keeps it for normal tensors) then raised
+// "Cannot set version_counter for inference tensor" on every view of a parameter or of a tensor made
+// outside inference mode (w.t(), x.view(...), x[0], a KV cache's slice). The inner base does not tell
+// whether its wrapper is normal (an in-place write made in inference mode replaces a normal
+// wrapper's inner tensor with an inference one), so every view made in inference mode is a normal
+// tensor, with a version counter of its own (autograd's view tracking, where its base is normal,
+// gives it the base's). The one difference from eager: a view of an inference tensor is a normal
+// tensor (is_inference() False; eager refuses an in-place write to it outside inference mode, we
+// allow it).
+void KeepViewNormal(const at::Tensor& view) {
+  if (!view.defined() || !c10::InferenceMode::is_enabled()) return;
+  if (auto* impl = dynamic_cast<XLATensorImpl*>(view.unsafeGetTensorImpl())) impl->MakeNormal();
 }
 
 // ------------------------------------------------------------------ conversions
@@ -327,8 +344,13 @@ void EagerResultStrides(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue
   static const std::set<std::string> lapack_extra = {"aten::triangular_solve", "aten::cholesky",
                                                      "aten::cholesky_solve", "aten::cholesky_inverse",
                                                      "aten::geqrf", "aten::ormqr", "aten::lu_unpack"};
+  // The fused attention kernel (and its backward) lays its results out as [B, L, H, E] transposed to
+  // [B, H, L, E] whatever the inputs' layout; Dynamo's graphs are traced with that layout (a later
+  // view of the transposed gradient relies on it).
+  static const std::set<std::string> fixed_layout = {"aten::_scaled_dot_product_flash_attention_for_cpu",
+                                                     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
   const bool lapack = name.rfind("aten::linalg_", 0) == 0 || name.rfind("aten::_linalg_", 0) == 0 ||
-                      lapack_extra.count(name) > 0;
+                      lapack_extra.count(name) > 0 || fixed_layout.count(name) > 0;
   if (!any_strided && !lapack) return;
   if (lapack) candidate = true;
   // Advanced indexing: eager's result keeps the order of a strided input's remaining dims (a
@@ -600,6 +622,7 @@ class RowKernel : public c10::OperatorKernel {
     }
     if (view_op_) ViewStrides(ivs, results);
     else if (!results.empty()) ResultStrides(op, ivs, results);
+    if (view_op_ || shares_input_) KeepNormal(results);
     if (strided_factory_) FactoryStrides(ivs, results);
     if (format_factory_) FormatFactoryStrides(ivs, results);
     ApplyInplaceResultLayout(results);
@@ -614,6 +637,14 @@ class RowKernel : public c10::OperatorKernel {
       RunNow(written);
     }
     for (auto& v : results) stack->push_back(std::move(v));
+  }
+
+  static void KeepNormal(const std::vector<c10::IValue>& results) {
+    if (!c10::InferenceMode::is_enabled()) return;
+    for (const auto& v : results) {
+      if (v.isTensor()) KeepViewNormal(v.toTensor());
+      else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) KeepViewNormal(t);
+    }
   }
 
   // Functionalization's wrappers report the inner tensor's strides. For a view, those must be

@@ -25,6 +25,14 @@ class XLATensorImpl : public c10::TensorImpl {
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
                                                                bool allow_tensor_metadata_change) const override;
   void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
+  // A view made under torch.inference_mode is a normal tensor (see KeepViewNormal): the autograd
+  // keys and the version counter that a TensorImpl made in inference mode lacks (functionalization's
+  // wrapper takes both from us).
+  void MakeNormal() {
+    if (!is_inference()) return;
+    key_set_ = key_set_ | c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::XLABit);
+    version_counter_ = c10::VariableVersion(/*version=*/0);
+  }
 
  private:
   void RefreshSizes();
@@ -34,6 +42,8 @@ class XLATensorImpl : public c10::TensorImpl {
 at::ScalarType ToScalarType(ir::DType t);
 ir::DType ToDType(at::ScalarType t);  // throws for dtypes XLA tensors cannot hold
 
+// Under torch.inference_mode: `view` (an inner result of a view op) becomes a normal tensor.
+void KeepViewNormal(const at::Tensor& view);
 // Inner (unwrapped) XLA tensor -> lazy tensor; nullptr if not an XLA tensor.
 graph::TensorPtr TryGetXla(const at::Tensor& t);
 // Any tensor the user holds (functional wrapper or inner) -> lazy tensor; throws if not XLA.

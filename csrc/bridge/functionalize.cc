@@ -241,6 +241,7 @@ at::Tensor FunctionalView(const at::Tensor& self, MetaOp run_view, Make make_met
     at::AutoDispatchSkipFunctionalize guard;
     out_inner = run_view(inner, reapply);
   }
+  KeepViewNormal(out_inner);
   auto meta = make_meta(reapply);
   at::Tensor out = at::detail::make_tensor<at::FunctionalTensorWrapper>(out_inner, fimpl::unsafeGetFunctionalWrapper(self), meta);
   out.unsafeGetTensorImpl()->set_sizes_and_strides(reference.sym_sizes(), reference.sym_strides(),
@@ -976,6 +977,65 @@ bool FunctionalizeCompositeForXla(const std::string& qualname) {
   return true;
 }
 
+namespace {
+// CompositeImplicitAutograd ops below autograd. Such an op decomposes at the autograd key, above
+// functionalization, so its inner views and writes are functionalized. Under torch.inference_mode
+// (or anything else that skips autograd) nothing decomposes it there: it reaches functionalization's
+// fallback, which hands our raw tensors to the decomposition below it. Its views then ran on the CPU
+// fallback one by one (matmul, einsum, linear, tensordot: a host round trip each; F.multi_head_
+// attention_forward raised on an as_strided view), and functionalization's fallback refuses every
+// in-place or out= composite (clip_, fill_diagonal_, float_power_, `&=`, diff(out=)) with "Found a
+// custom (non-ATen) operator whose output has alias annotations". This kernel, registered for
+// functionalization on every aten composite without a functionalization kernel of its own, runs
+// the decomposition there, as autograd would have: on XLA tensors through our autograd-level
+// override of the op where we have one (linear, scaled_dot_product_attention), the composite
+// otherwise; an op with an XLA kernel of its own keeps the fallback's way to it. Other devices' functional tensors (torch.func.functionalize, export) keep the fallback's
+// behaviour for ops without alias annotations, and decompose the ones it refuses.
+void CompositeBelowAutograd(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const bool xla = ks.has_backend(c10::BackendComponent::XLABit);
+  // An op with an XLA kernel of its own (silu_backward's row) runs it, as before, on the raw tensors.
+  const bool own_kernel = xla && op.hasKernelForDispatchKey(c10::DispatchKey::XLA);
+  if (!own_kernel && (xla || op.schema().hasAnyAliasInfo())) {
+    op.callBoxedForDispatchKey(xla && op.hasKernelForDispatchKey(c10::DispatchKey::AutogradXLA)
+                                   ? c10::DispatchKey::AutogradXLA
+                                   : c10::DispatchKey::CompositeImplicitAutograd,
+                               *stack);
+    return;
+  }
+  // functionalization's fallback: unwrap (after syncing) the functional arguments, run the op below
+  // functionalization, wrap its results
+  const size_t nargs = op.schema().arguments().size(), nrets = op.schema().returns().size();
+  bool any_functional = false;
+  MapStackTensors(stack, stack->size() - nargs, [&](const at::Tensor& t) {
+    if (!fimpl::isFunctionalTensor(t)) return t;
+    any_functional = true;
+    fimpl::sync(t);
+    return fimpl::from_functional_tensor(t);
+  });
+  {
+    at::AutoDispatchSkipFunctionalize guard;
+    op.redispatchBoxed(ks & c10::after_func_keyset, stack);
+  }
+  if (any_functional) {
+    MapStackTensors(stack, stack->size() - nrets, [](const at::Tensor& t) { return fimpl::to_functional_tensor(t); });
+  }
+}
+
+void RegisterCompositesBelowAutograd(torch::Library& fn) {
+  auto& d = c10::Dispatcher::singleton();
+  for (const auto& name : d.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto h = d.findOp(name);
+    if (!h || !h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        h->hasKernelForDispatchKey(c10::DispatchKey::Functionalize)) {
+      continue;
+    }
+    std::string full = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    fn.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&CompositeBelowAutograd>());
+  }
+}
+}  // namespace
+
 void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   struct Quiet : c10::WarningHandler {
     void process(const c10::Warning&) override {}  // the overrides below are deliberate
@@ -995,6 +1055,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   fn->impl("_pack_padded_sequence", TORCH_FN(PackPaddedSequenceFunctionalize));
   RegisterOutFromFirstResult(*fn);
   RegisterCopyOfViewKernels(*fn);
+  RegisterCompositesBelowAutograd(*fn);
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =

@@ -505,6 +505,7 @@ const std::unordered_map<std::string, Rule>& Rules() {
       {"native_batch_norm_backward", SameDTypes({{0, 1}})},
       {"batch_norm_backward", SameDTypes({{0, 1}})},
       {"_prelu_kernel_backward", SameDTypes({{0, 1}})},
+      {"_scaled_dot_product_flash_attention_for_cpu_backward", SameDTypes({{0, 1}, {4, 1}})},
       {"grid_sampler_2d_backward", SameDTypes({{0, 1}, {1, 2}})},
       {"convolution_backward", SameDTypes({{0, 1}, {1, 2}})},
       {"convolution_backward_overrideable", SameDTypes({{0, 1}, {1, 2}})},
@@ -532,7 +533,7 @@ const char* const kMovementRows[] = {
   "copy", "detach_copy", "diagonal_copy", "expand_copy", "lift_fresh_copy", "narrow_copy", "permute_copy",
   "select_copy.int", "slice_copy.Tensor", "split_copy.Tensor", "split_with_sizes_copy", "squeeze_copy",
   "squeeze_copy.dim", "squeeze_copy.dims", "stack", "t_copy", "transpose_copy.int", "unbind_copy.int",
-  "unsqueeze_copy", "view_copy", "index.Tensor", "_unsafe_index.Tensor", "index_select", "slice_scatter",
+  "unsqueeze_copy", "unfold_copy", "view_copy", "index.Tensor", "_unsafe_index.Tensor", "index_select", "slice_scatter",
   "select_scatter", "empty.memory_format", "empty_strided", "new_empty_strided",
 };
 

@@ -1,5 +1,6 @@
 // Op table rows: softmax, losses, embedding, layer norm, dropout and their backward ops.
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "ops/rows.h"
@@ -34,6 +35,42 @@ Value SampleWeights(const std::optional<Value>& weight, const Value& onehot, con
 
 Value LayerNormStat(const Value& x, const std::vector<int64_t>& axes) {
   return KeepDims(ir::Reduce(ir::ReduceKind::kSum, x, axes), x.dims(), axes);
+}
+
+// The fused attention kernel's arguments, checked as eager's kernel checks them; what it does not
+// lower (a mask, empty sequences) runs on the CPU fallback.
+struct FlashAttention {
+  DType ct;
+  double scale;
+  bool causal;
+};
+FlashAttention FlashAttentionArgs(OpArgs& a, const Value& q, const Value& k, const Value& v, size_t dropout,
+                                  size_t causal, size_t mask, size_t scale) {
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) throw NotLowered{};
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype() || !ir::IsFloating(q.dtype())) throw NotLowered{};
+  if (a.Double(dropout) != 0) a.Fail("scaled_dot_product_attention_flash_attention: Currently do not support dropout > 0");
+  const auto &qd = q.dims(), &kd = k.dims(), &vd = v.dims();
+  if (qd[3] != kd[3] || qd[3] != vd[3]) a.Fail("scaled_dot_product_attention_flash_attention: Q/K/V should have the same head size");
+  if (qd[0] != kd[0] || qd[0] != vd[0] || qd[1] != kd[1] || qd[1] != vd[1] || kd[2] != vd[2]) throw NotLowered{};
+  if (!a.IsNone(mask) || q.shape().numel() == 0 || k.shape().numel() == 0) throw NotLowered{};
+  FlashAttention at;
+  at.ct = q.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  at.scale = a.OptDouble(scale).value_or(1.0 / std::sqrt(static_cast<double>(qd[3])));
+  at.causal = a.Bool(causal);
+  return at;
+}
+// scale * q k^T [B, H, L, S], -inf above the diagonal (top-left aligned, as eager) when causal.
+Value FlashScores(const Value& q, const Value& k, const FlashAttention& at) {
+  Value s = ir::DotGeneral(Cast(q, at.ct), Cast(k, at.ct), {0, 1}, {0, 1}, {3}, {3}, at.ct);
+  s = Bin(Op::kMul, s, ir::Full(at.scale, ir::Shape(at.ct, {})));
+  if (at.causal) {
+    const int64_t l = s.dims()[2], n = s.dims()[3];
+    Value keep = ir::Compare(CompareDir::kGE, ir::Iota(ir::Shape(DType::kS64, {l, n}), 0),
+                             ir::Iota(ir::Shape(DType::kS64, {l, n}), 1));
+    s = ir::Select(ir::BroadcastInDim(keep, s.dims(), {2, 3}), s,
+                   ir::Full(-std::numeric_limits<double>::infinity(), s.shape()));
+  }
+  return s;
 }
 
 V NllForward(OpArgs& a) {
@@ -355,6 +392,40 @@ void AddNnRows(std::vector<OpRow>& rows) {
     if (mask[1] && w) out[1] = Cast(ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kMul, g, xhat), batch_axes), w->dtype());
     if (mask[2] && b) out[2] = Cast(ir::Reduce(ir::ReduceKind::kSum, g, batch_axes), b->dtype());
     return out;
+  }});
+
+  // scaled_dot_product_attention's fused CPU kernel (what eager CPU runs for 4-d float q/k/v without
+  // dropout or mask; autograd_xla_overrides.cc routes XLA's sdpa calls here under the same
+  // conditions): one op forward, one backward, in float32 (float64 for f64) as eager's kernel.
+  rows.push_back({"_scaled_dot_product_flash_attention_for_cpu", [](OpArgs& a) -> V {
+    Value q = a.V(0), k = a.V(1), v = a.V(2);
+    auto at = FlashAttentionArgs(a, q, k, v, 3, 4, 5, 6);
+    Value s = FlashScores(q, k, at);
+    Value m = ir::Reduce(ir::ReduceKind::kMax, s, {3});  // [B, H, L]
+    Value e = ir::Unary(Op::kExp, Bin(Op::kSub, s, ir::BroadcastInDim(m, s.dims(), {0, 1, 2})));
+    Value l = ir::Reduce(ir::ReduceKind::kSum, e, {3});
+    Value o = ir::DotGeneral(e, Cast(v, at.ct), {0, 1}, {0, 1}, {3}, {2}, at.ct);  // [B, H, L, E]
+    o = Bin(Op::kDiv, o, ir::BroadcastInDim(l, o.dims(), {0, 1, 2}));
+    Value lse = Bin(Op::kAdd, m, ir::Unary(Op::kLog, l));
+    return {Cast(o, q.dtype()), lse};
+  }});
+  rows.push_back({"_scaled_dot_product_flash_attention_for_cpu_backward", [](OpArgs& a) -> V {
+    Value go = a.V(0), q = a.V(1), k = a.V(2), v = a.V(3), out = a.V(4), lse = a.V(5);
+    auto at = FlashAttentionArgs(a, q, k, v, 6, 7, 8, 9);
+    DType ct = at.ct;
+    Value s = FlashScores(q, k, at);
+    Value p = ir::Unary(Op::kExp, Bin(Op::kSub, s, ir::BroadcastInDim(Cast(lse, ct), s.dims(), {0, 1, 2})));
+    Value g = Cast(go, ct), vc = Cast(v, ct);
+    Value dv = ir::DotGeneral(p, g, {0, 1}, {0, 1}, {2}, {2}, ct);   // [B, H, S, E]
+    Value dp = ir::DotGeneral(g, vc, {0, 1}, {0, 1}, {3}, {3}, ct);  // [B, H, L, S]
+    Value d = ir::Reduce(ir::ReduceKind::kSum, Bin(Op::kMul, g, Cast(out, ct)), {3});
+    Value ds = Bin(Op::kMul, p, Bin(Op::kSub, dp, ir::BroadcastInDim(d, dp.dims(), {0, 1, 2})));
+    Value scale = ir::Full(at.scale, ir::Shape(ct, {}));
+    Value dq = ir::DotGeneral(ds, Cast(k, ct), {0, 1}, {0, 1}, {3}, {2}, ct);  // [B, H, L, E]
+    Value dk = ir::DotGeneral(ds, Cast(q, ct), {0, 1}, {0, 1}, {2}, {2}, ct);  // [B, H, S, E]
+    dq = Bin(Op::kMul, dq, scale);
+    dk = Bin(Op::kMul, dk, scale);
+    return {Cast(dq, q.dtype()), Cast(dk, k.dtype()), Cast(dv, v.dtype())};
   }});
 
   rows.push_back({"native_dropout", [](OpArgs& a) -> V {

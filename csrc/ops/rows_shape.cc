@@ -235,6 +235,42 @@ void AddShapeRows(std::vector<OpRow>& rows) {
     return {ir::Concatenate(xs, dim)};
   }});
   rows.push_back({"flip", [](OpArgs& a) -> V { return {ir::Reverse(a.V(0), a.Ints(1))}; }});
+  // Tensor.unfold's value (functionalization runs unfold_copy for every unfold view): the windows
+  // x[..., i*step : i*step+size, ...] along `dim`, each laid out along a new last dimension. One
+  // gather of the window elements (indices i*step + j from iotas), reshaped and transposed.
+  rows.push_back({"unfold_copy", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const int rank = x.rank();
+    const int64_t dim = ir::NormalizeDim(a.Int(1), std::max(rank, 1));
+    const int64_t size = a.Int(2), step = a.Int(3);
+    const int64_t len = rank == 0 ? 1 : x.dims()[dim];
+    if (size < 0) a.Fail("size is " + std::to_string(size) + " but must be >= 0");
+    if (size > len) {
+      a.Fail("maximum size for tensor at dimension " + std::to_string(dim) + " is " + std::to_string(len) +
+             " but size is " + std::to_string(size));
+    }
+    if (step <= 0) a.Fail("step is " + std::to_string(step) + " but must be > 0");
+    if (rank == 0) return {size == 0 ? ir::Full(0, ir::Shape(x.dtype(), {0})) : ir::Reshape(x, {1})};
+    const int64_t n = (len - size) / step + 1;
+    std::vector<int64_t> out = x.dims();
+    out[dim] = n;
+    out.push_back(size);
+    if (ir::Shape(x.dtype(), out).numel() == 0) return {ir::Full(0, ir::Shape(x.dtype(), out))};
+    ir::Shape is(DType::kS64, {n, size});
+    Value idx = Bin(Op::kAdd, Bin(Op::kMul, ir::Iota(is, 0), ir::Full(step, ir::Shape(DType::kS64, {}))), ir::Iota(is, 1));
+    idx = ir::Reshape(idx, {n * size, 1});
+    std::vector<int64_t> slice = x.dims(), offset;
+    slice[dim] = 1;
+    for (int d = 0; d < rank; ++d) if (d != dim) offset.push_back(d);
+    Value g = ir::Gather(x, idx, offset, {dim}, {dim}, 1, slice);  // [..., n*size, ...]
+    std::vector<int64_t> split = x.dims();
+    split[dim] = n;
+    split.insert(split.begin() + dim + 1, size);
+    std::vector<int64_t> perm;
+    for (int d = 0; d <= rank; ++d) if (d != dim + 1) perm.push_back(d);
+    perm.push_back(dim + 1);
+    return {ir::Transpose(ir::Reshape(g, split), perm)};
+  }});
   rows.push_back({"index_select", [](OpArgs& a) -> V {
     Value x = a.V(0), idx = a.V(2);
     int64_t dim = ir::NormalizeDim(a.Int(1), x.rank());
