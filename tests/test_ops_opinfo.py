@@ -32,6 +32,7 @@ import zlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 import torch_xla
 import torch_xla.debug.metrics as met
@@ -158,6 +159,10 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("unsqueeze_copy", ""): ("unsqueeze_copy",),
     ("unfold", ""): ("unfold_copy",),
     ("unfold_copy", ""): ("unfold_copy",),
+    ("angle", ""): ("angle",),
+    ("isin", ""): ("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"),
+    ("cdist", ""): ("_cdist_forward",),
+    ("nn.functional.unfold", ""): ("im2col",),
     ("alias_copy", ""): ("alias_copy",),
     ("clone", ""): ("clone",),
     ("select_scatter", ""): ("select_scatter",),
@@ -771,6 +776,31 @@ def test_direct_rows():
     out = torch.ops.aten.convolution_backward_overrideable(g.to(XLA), x.to(XLA), w.to(XLA), *conv[1:],
                                                            [True, True, True])
     torch.testing.assert_close(_to_cpu(out), ref, rtol=1e-5, atol=2e-5)
+    # The fused attention rows (F.scaled_dot_product_attention, tests/test_attention.py) and ldexp.
+    q, k, v = (torch.randn(2, 3, 5, 4, requires_grad=True) for _ in range(3))
+    qx, kx, vx = (t.detach().to(XLA).requires_grad_() for t in (q, k, v))
+    ref, out = F.scaled_dot_product_attention(q, k, v, is_causal=True), F.scaled_dot_product_attention(qx, kx, vx, is_causal=True)
+    torch.testing.assert_close(out.cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    ref.sum().backward()
+    out.sum().backward()
+    for c, x in ((q, qx), (k, kx), (v, vx)):
+        torch.testing.assert_close(x.grad.cpu(), c.grad, rtol=1e-4, atol=1e-5)
+    m, e = torch.randn(6), torch.randint(-4, 5, (6,))
+    torch.testing.assert_close(torch.ldexp(m.to(XLA), e.to(XLA)).cpu(), torch.ldexp(m, e))
+    # isin with a scalar on either side; col2im (F.fold, im2col's gradient) with padding, stride, dilation.
+    e, tst = torch.tensor([[1, 5, 3], [7, 3, 0]]), torch.tensor([3, 7, 9])
+    for fn in (lambda a, b: torch.isin(a, 3), lambda a, b: torch.isin(3, b), lambda a, b: torch.isin(9.5, b),
+               lambda a, b: torch.isin(a, 2.0, invert=True), lambda a, b: torch.isin(a, b, invert=True)):
+        ref, out = fn(e, tst), fn(e.to(XLA), tst.to(XLA))
+        assert out.dtype == ref.dtype and out.shape == ref.shape
+        torch.testing.assert_close(out.cpu(), ref)
+    for kw in ({"output_size": (4, 5), "kernel_size": (2, 3), "padding": (1, 1), "stride": (1, 2)},
+               {"output_size": (5, 7), "kernel_size": (2, 3), "dilation": (2, 1), "stride": (2, 3), "padding": (1, 2)}):
+        n_cols = F.unfold(torch.zeros(1, 1, *kw["output_size"]), **{k: v for k, v in kw.items() if k != "output_size"}).shape[-1]
+        cols = torch.randn(2, 3 * 2 * 3, n_cols)
+        ref = F.fold(cols, **kw)
+        torch.testing.assert_close(F.fold(cols.to(XLA), **kw).cpu(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(F.fold(cols[0].to(XLA), **kw).cpu(), F.fold(cols[0], **kw), rtol=1e-5, atol=1e-5)
 
 
 # Rows for CompositeImplicitAutograd ops take the op away from autograd's decomposition: unless the

@@ -4,7 +4,9 @@
 // the random fills exponential/cauchy/geometric/log_normal and multinomial (the device RNG, as the
 // other random rows: same distributions as eager, not the same draws).
 // Argument errors go to the CPU fallback, which raises eager's error.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <numeric>
 
 #include "graph/graph.h"
@@ -305,6 +307,187 @@ Corners BilinearCorners(const GridGeom& gg, int64_t h, int64_t w) {
   k.iy[2] = iys; k.ix[2] = ixw; k.ok[2] = ir::Binary(Op::kAnd, sm, wm);
   k.iy[3] = iys; k.ix[3] = ixe; k.ok[3] = ir::Binary(Op::kAnd, sm, em);
   return k;
+}
+
+// angle (real inputs), isin, cdist's kernel, im2col/col2im (nn.Unfold / nn.Fold): composites of
+// existing primitives. Anything outside what is lowered here (complex inputs, eager's argument
+// errors, very large pairwise products) throws NotLowered: the CPU fallback gives eager's answer
+// or error.
+static void AddWindowAndSetRows(std::vector<OpRow>& rows) {
+  rows.push_back({"angle", [](OpArgs& a) -> V {
+    // eager, real inputs: pi where x < 0, NaN where x is NaN, else 0; integers give the default float.
+    Value x = a.V(0);
+    if (ir::IsComplex(x.dtype()) || !(ir::IsFloating(x.dtype()) || x.dtype() == DType::kPred ||
+                                      x.dtype() == DType::kU8 || x.dtype() == DType::kS8 ||
+                                      x.dtype() == DType::kS16 || x.dtype() == DType::kS32 ||
+                                      x.dtype() == DType::kS64)) {
+      throw NotLowered{};
+    }
+    DType t = FloatOf(x.dtype());
+    Value zero = ir::Full(0, ir::Shape(t, x.dims())), pi = ir::Full(M_PI, ir::Shape(t, x.dims()));
+    if (x.dtype() == DType::kPred) return {zero};
+    Value xz = ir::Full(0, ir::Shape(x.dtype(), x.dims()));
+    Value r = ir::Select(ir::Compare(CompareDir::kLT, x, xz), pi, zero);
+    if (ir::IsFloating(x.dtype())) r = ir::Select(ir::Compare(CompareDir::kNE, x, x), x, r);
+    return {r};
+  }});
+  // isin: elements[..., None] == test_elements.flatten(), any over the last dim, in the promoted dtype.
+  auto isin = [](OpArgs& a, const Value& elements, const Value& test, DType t) -> V {
+    const DType kinds[] = {DType::kU8, DType::kS8, DType::kS16, DType::kS32, DType::kS64, DType::kF16,
+                           DType::kBF16, DType::kF32, DType::kF64};
+    if (std::find(std::begin(kinds), std::end(kinds), t) == std::end(kinds)) throw NotLowered{};
+    const int64_t n = elements.shape().numel(), m = test.shape().numel();
+    if (n * std::max<int64_t>(m, 1) > (int64_t{1} << 24)) throw NotLowered{};
+    bool invert = a.Bool(3);
+    if (n == 0 || m == 0) return {ir::Full(invert ? 1 : 0, ir::Shape(DType::kPred, elements.dims()))};
+    std::vector<int64_t> out = elements.dims(), pair = elements.dims();
+    pair.push_back(m);
+    std::vector<int64_t> bd(elements.rank());
+    std::iota(bd.begin(), bd.end(), 0);
+    Value e = ir::BroadcastInDim(Cast(elements, t), pair, bd);
+    Value tv = ir::BroadcastInDim(ir::Reshape(Cast(test, t), {m}), pair, {static_cast<int64_t>(elements.rank())});
+    Value hit = ir::Reduce(ir::ReduceKind::kOr, ir::Compare(CompareDir::kEQ, e, tv), {static_cast<int64_t>(elements.rank())});
+    if (invert) hit = ir::Unary(Op::kNot, hit);
+    return {hit};
+  };
+  rows.push_back({"isin.Tensor_Tensor", [isin](OpArgs& a) -> V {
+    return isin(a, a.V(0), a.V(1), ResultType({&a.T(0), &a.T(1)}));
+  }});
+  rows.push_back({"isin.Tensor_Scalar", [isin](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(0)}, {&a.S(1)});
+    return isin(a, a.V(0), ScalarV(a.S(1), t, a.device), t);
+  }});
+  rows.push_back({"isin.Scalar_Tensor", [isin](OpArgs& a) -> V {
+    DType t = ResultType({&a.T(1)}, {&a.S(0)});
+    return isin(a, ScalarV(a.S(0), t, a.device), a.V(1), t);
+  }});
+  rows.push_back({"_cdist_forward", [](OpArgs& a) -> V {
+    // out[b, i, j] = || x1[b, i] - x2[b, j] ||_p over the last dim, batch dims broadcast.
+    Value x1 = a.V(0), x2 = a.V(1);
+    const double p = a.Double(2);
+    const DType t = x1.dtype();
+    if ((t != DType::kF32 && t != DType::kF64) || x2.dtype() != t || x1.rank() < 2 || x2.rank() < 2 ||
+        !(p >= 0) || x1.dims().back() != x2.dims().back()) {
+      throw NotLowered{};  // eager's errors
+    }
+    const int r1 = x1.rank(), r2 = x2.rank();
+    std::vector<int64_t> b1(x1.dims().begin(), x1.dims().end() - 2), b2(x2.dims().begin(), x2.dims().end() - 2);
+    std::vector<int64_t> batch = BroadcastShapes(b1, b2);
+    const int64_t P = x1.dims()[r1 - 2], R = x2.dims()[r2 - 2], M = x1.dims().back();
+    std::vector<int64_t> out = batch;
+    out.push_back(P);
+    out.push_back(R);
+    const int64_t nb = ProductOf(batch);
+    if (nb * P * R == 0 || M == 0) return {ir::Full(0, ir::Shape(t, out))};
+    if (nb * P * R * M > (int64_t{1} << 24)) throw NotLowered{};
+    std::vector<int64_t> quad = out;
+    quad.push_back(M);
+    const int nq = static_cast<int>(quad.size());
+    auto spread = [&](const Value& x, int64_t n, int skip) {  // [batch..., n, M] -> quad, skipping `skip`
+      std::vector<int64_t> d = batch, bd;
+      d.push_back(n);
+      d.push_back(M);
+      for (int k = 0; k < nq; ++k) if (k != skip) bd.push_back(k);
+      return ir::BroadcastInDim(BroadcastTo(x, d), quad, bd);
+    };
+    Value d = Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
+    Value ad = ir::Unary(Op::kAbs, d);
+    const int64_t last = nq - 1;
+    if (p == 0) return {ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, d, ir::Full(0, d.shape())), t), {last})};
+    if (p == 1) return {ir::Reduce(ir::ReduceKind::kSum, ad, {last})};
+    if (p == 2) return {ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, Bin(Op::kMul, d, d), {last}))};
+    if (std::isinf(p)) return {ir::Reduce(ir::ReduceKind::kMax, ad, {last})};
+    Value s = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kPow, ad, ir::Full(p, ad.shape())), {last});
+    return {ir::Binary(Op::kPow, s, ir::Full(1.0 / p, s.shape()))};
+  }});
+  // im2col: [N, C, H, W] -> [N, C*kh*kw, L], column (c, i, j) holding x_pad[c, i*dh + y*sh, j*dw + z*sw]
+  // for the L = oh*ow output positions (y, z): one strided slice of the padded input per (i, j).
+  struct Window {
+    int64_t kh, kw, dh, dw, ph, pw, sh, sw;
+  };
+  auto window = [](OpArgs& a, size_t k) {
+    const auto &ks = a.Ints(k), &dl = a.Ints(k + 1), &pd = a.Ints(k + 2), &st = a.Ints(k + 3);
+    if (ks.size() != 2 || dl.size() != 2 || pd.size() != 2 || st.size() != 2) throw NotLowered{};
+    Window w{ks[0], ks[1], dl[0], dl[1], pd[0], pd[1], st[0], st[1]};
+    if (w.kh <= 0 || w.kw <= 0 || w.dh <= 0 || w.dw <= 0 || w.ph < 0 || w.pw < 0 || w.sh <= 0 || w.sw <= 0) {
+      throw NotLowered{};  // eager's errors
+    }
+    return w;
+  };
+  auto out_len = [](int64_t n, int64_t k, int64_t d, int64_t p, int64_t s) {
+    return (n + 2 * p - (d * (k - 1) + 1)) / s + 1;
+  };
+  rows.push_back({"im2col", [window, out_len](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const bool batched = x.rank() == 4;
+    // eager's kernel takes floating types and bool (its error for the others)
+    if (!(ir::IsFloating(x.dtype()) || x.dtype() == DType::kPred) || (x.rank() != 3 && x.rank() != 4)) {
+      throw NotLowered{};
+    }
+    if (!batched) x = ir::Reshape(x, {1, x.dims()[0], x.dims()[1], x.dims()[2]});
+    Window w = window(a, 1);
+    const int64_t n = x.dims()[0], c = x.dims()[1], h = x.dims()[2], wd = x.dims()[3];
+    if (c == 0 || h == 0 || wd == 0) throw NotLowered{};
+    const int64_t oh = out_len(h, w.kh, w.dh, w.ph, w.sh), ow = out_len(wd, w.kw, w.dw, w.pw, w.sw);
+    if (oh < 1 || ow < 1) throw NotLowered{};
+    Value xp = (w.ph || w.pw) ? ir::Pad(x, ir::Full(0, ir::Shape(x.dtype(), {})), {0, 0, w.ph, w.pw},
+                                        {0, 0, w.ph, w.pw}, {0, 0, 0, 0})
+                              : x;
+    std::vector<Value> cols;
+    for (int64_t i = 0; i < w.kh; ++i) {
+      for (int64_t j = 0; j < w.kw; ++j) {
+        std::vector<int64_t> st = {0, 0, i * w.dh, j * w.dw};
+        std::vector<int64_t> lim = {n, c, st[2] + (oh - 1) * w.sh + 1, st[3] + (ow - 1) * w.sw + 1};
+        cols.push_back(ir::Reshape(ir::Slice(xp, st, lim, {1, 1, w.sh, w.sw}), {n, c, 1, oh, ow}));
+      }
+    }
+    Value r = cols.size() == 1 ? cols[0] : ir::Concatenate(cols, 2);
+    std::vector<int64_t> out = {n, c * w.kh * w.kw, oh * ow};
+    if (!batched) out.erase(out.begin());
+    return {ir::Reshape(r, out)};
+  }});
+  rows.push_back({"col2im", [window, out_len](OpArgs& a) -> V {
+    // The adjoint of im2col: each (i, j) block [N, C, oh, ow] is spread into the padded output with
+    // interior padding (stride - 1) at offset (i*dh, j*dw) and the blocks are summed; then the
+    // padding is cut off.
+    Value x = a.V(0);
+    const bool batched = x.rank() == 3;
+    if (!ir::IsFloating(x.dtype()) || (x.rank() != 2 && x.rank() != 3)) {
+      throw NotLowered{};
+    }
+    if (!batched) x = ir::Reshape(x, {1, x.dims()[0], x.dims()[1]});
+    const auto& os = a.Ints(1);
+    if (os.size() != 2) throw NotLowered{};
+    Window w = window(a, 2);
+    const int64_t n = x.dims()[0], ckk = x.dims()[1], len = x.dims()[2], H = os[0], W = os[1];
+    if (ckk == 0 || ckk % (w.kh * w.kw) || H <= 0 || W <= 0) throw NotLowered{};
+    const int64_t c = ckk / (w.kh * w.kw);
+    const int64_t oh = out_len(H, w.kh, w.dh, w.ph, w.sh), ow = out_len(W, w.kw, w.dw, w.pw, w.sw);
+    if (oh < 1 || ow < 1 || oh * ow != len) throw NotLowered{};
+    const int64_t hp = H + 2 * w.ph, wp = W + 2 * w.pw;
+    const DType t = x.dtype();
+    // bf16/f16: eager accumulates in the dtype, one block after another; ours sums in float32 then
+    // rounds once (closer to the exact sum).
+    const DType acc = (t == DType::kBF16 || t == DType::kF16) ? DType::kF32 : t;
+    Value blocks = ir::Reshape(Cast(x, acc), {n, c, w.kh * w.kw, oh, ow});
+    Value zero = ir::Full(0, ir::Shape(acc, {}));
+    std::optional<Value> sum;
+    for (int64_t i = 0; i < w.kh; ++i) {
+      for (int64_t j = 0; j < w.kw; ++j) {
+        const int64_t k = i * w.kw + j;
+        Value b = ir::Reshape(ir::Slice(blocks, {0, 0, k, 0, 0}, {n, c, k + 1, oh, ow}, {1, 1, 1, 1, 1}), {n, c, oh, ow});
+        const int64_t y0 = i * w.dh, x0 = j * w.dw;
+        const int64_t yh = hp - (y0 + (oh - 1) * w.sh + 1), xh = wp - (x0 + (ow - 1) * w.sw + 1);
+        if (yh < 0 || xh < 0) throw NotLowered{};
+        Value placed = ir::Pad(b, zero, {0, 0, y0, x0}, {0, 0, yh, xh}, {0, 0, w.sh - 1, w.sw - 1});
+        sum = sum ? Bin(Op::kAdd, *sum, placed) : placed;
+      }
+    }
+    Value r = ir::Slice(*sum, {0, 0, w.ph, w.pw}, {n, c, w.ph + H, w.pw + W}, {1, 1, 1, 1});
+    r = Cast(r, t);
+    if (!batched) r = ir::Reshape(r, {c, H, W});
+    return {r};
+  }});
 }
 
 void AddExtraRows(std::vector<OpRow>& rows) {
@@ -747,6 +930,7 @@ void AddExtraRows(std::vector<OpRow>& rows) {
     }
     return {ir::Reshape(ir::Transpose(ir::Reshape(x, split), perm), x.dims())};
   }});
+  AddWindowAndSetRows(rows);
 }
 
 }  // namespace txla::ops
