@@ -161,7 +161,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("unfold_copy", ""): ("unfold_copy",),
     ("angle", ""): ("angle",),
     ("isin", ""): ("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"),
-    ("cdist", ""): ("_cdist_forward",),
+    ("cdist", ""): ("_cdist_forward", "_cdist_backward"),
     ("nn.functional.unfold", ""): ("im2col",),
     ("alias_copy", ""): ("alias_copy",),
     ("clone", ""): ("clone",),

@@ -400,6 +400,66 @@ static void AddWindowAndSetRows(std::vector<OpRow>& rows) {
     Value s = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kPow, ad, ir::Full(p, ad.shape())), {last});
     return {ir::Binary(Op::kPow, s, ir::Full(1.0 / p, s.shape()))};
   }});
+  rows.push_back({"_cdist_backward", [](OpArgs& a) -> V {
+    // The gradient of _cdist_forward for x1 (autograd calls it again with x1 and x2 swapped for x2):
+    // eager's per-pair terms, summed over x2's rows, in the broadcast batch shape (autograd sums it
+    // down to x1's).
+    Value g = a.V(0), x1 = a.V(1), x2 = a.V(2), dist = a.V(4);
+    const double p = a.Double(3);
+    const DType t = x1.dtype();
+    if ((t != DType::kF32 && t != DType::kF64) || x2.dtype() != t || g.dtype() != t || dist.dtype() != t ||
+        x1.rank() < 2 || x2.rank() < 2 || !(p >= 0) || x1.dims().back() != x2.dims().back()) {
+      throw NotLowered{};
+    }
+    const int r1 = x1.rank(), r2 = x2.rank();
+    std::vector<int64_t> b1(x1.dims().begin(), x1.dims().end() - 2), b2(x2.dims().begin(), x2.dims().end() - 2);
+    std::vector<int64_t> batch = BroadcastShapes(b1, b2);
+    const int64_t P = x1.dims()[r1 - 2], R = x2.dims()[r2 - 2], M = x1.dims().back();
+    std::vector<int64_t> out = batch, pr = batch;
+    out.push_back(P);
+    out.push_back(M);
+    pr.push_back(P);
+    pr.push_back(R);
+    if (g.dims() != pr || dist.dims() != pr) throw NotLowered{};
+    const int64_t nb = ProductOf(batch);
+    if (nb * P * M == 0 || R == 0 || p == 0) return {ir::Full(0, ir::Shape(t, out))};
+    if (nb * P * R * M > (int64_t{1} << 24)) throw NotLowered{};
+    std::vector<int64_t> quad = pr;
+    quad.push_back(M);
+    const int nq = static_cast<int>(quad.size());
+    auto spread = [&](const Value& x, int64_t n, int skip) {
+      std::vector<int64_t> d = batch, bd;
+      d.push_back(n);
+      d.push_back(M);
+      for (int k = 0; k < nq; ++k) if (k != skip) bd.push_back(k);
+      return ir::BroadcastInDim(BroadcastTo(x, d), quad, bd);
+    };
+    std::vector<int64_t> lead(nq - 1);
+    std::iota(lead.begin(), lead.end(), 0);
+    Value d = Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
+    Value gq = ir::BroadcastInDim(g, quad, lead), dq = ir::BroadcastInDim(dist, quad, lead);
+    Value zero = ir::Full(0, d.shape());
+    Value ad = ir::Unary(Op::kAbs, d), sg = ir::Unary(Op::kSign, d);
+    Value dist0 = ir::Compare(CompareDir::kEQ, dq, zero);
+    auto powc = [&](const Value& x, double e) { return ir::Binary(Op::kPow, x, ir::Full(e, x.shape())); };
+    Value term;
+    if (p == 1) {
+      term = Bin(Op::kMul, gq, sg);
+    } else if (p == 2) {
+      term = ir::Select(dist0, zero, Bin(Op::kDiv, Bin(Op::kMul, gq, d), dq));
+    } else if (std::isinf(p)) {
+      term = Bin(Op::kMul, Bin(Op::kMul, gq, sg), Cast(ir::Compare(CompareDir::kEQ, ad, dq), t));
+    } else if (p < 2) {
+      Value v = Bin(Op::kDiv, Bin(Op::kMul, Bin(Op::kMul, sg, powc(ad, p - 1)), gq), powc(dq, p - 1));
+      Value skip = dist0;
+      if (p < 1) skip = ir::Binary(Op::kOr, skip, ir::Compare(CompareDir::kEQ, d, zero));
+      term = ir::Select(skip, zero, v);
+    } else {
+      Value v = Bin(Op::kDiv, Bin(Op::kMul, Bin(Op::kMul, d, powc(ad, p - 2)), gq), powc(dq, p - 1));
+      term = ir::Select(dist0, zero, v);
+    }
+    return {ir::Reduce(ir::ReduceKind::kSum, term, {static_cast<int64_t>(nq - 2)})};
+  }});
   // im2col: [N, C, H, W] -> [N, C*kh*kw, L], column (c, i, j) holding x_pad[c, i*dh + y*sh, j*dw + z*sw]
   // for the L = oh*ow output positions (y, z): one strided slice of the padded input per (i, j).
   struct Window {
