@@ -324,6 +324,10 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("scatter_reduce", "mean"): ("scatter_reduce.two",),
     ("scatter_reduce", "amax"): ("scatter_reduce.two",),
     ("scatter_reduce", "amin"): ("scatter_reduce.two",),
+    ("index_reduce", "prod"): ("index_reduce",),
+    ("index_reduce", "mean"): ("index_reduce",),
+    ("index_reduce", "amax"): ("index_reduce",),
+    ("index_reduce", "amin"): ("index_reduce",),
     ("index_copy", ""): ("index_copy",),
     ("put", ""): ("put",),
     ("masked_scatter", ""): ("masked_scatter",),
@@ -787,6 +791,10 @@ def test_direct_rows():
         torch.testing.assert_close(x.grad.cpu(), c.grad, rtol=1e-4, atol=1e-5)
     m, e = torch.randn(6), torch.randint(-4, 5, (6,))
     torch.testing.assert_close(torch.ldexp(m.to(XLA), e.to(XLA)).cpu(), torch.ldexp(m, e))
+    # index_reduce checks its indices as eager does (no negative wrapping).
+    for bad in ([0, 3], [-1, 0]):
+        with pytest.raises(IndexError, match="index out of range in self"):
+            torch.ones(3, 2).to(XLA).index_reduce(0, torch.tensor(bad).to(XLA), torch.randn(2, 2).to(XLA), "amax").cpu()
     # isin with a scalar on either side; col2im (F.fold, im2col's gradient) with padding, stride, dilation.
     e, tst = torch.tensor([[1, 5, 3], [7, 3, 0]]), torch.tensor([3, 7, 9])
     for fn in (lambda a, b: torch.isin(a, 3), lambda a, b: torch.isin(3, b), lambda a, b: torch.isin(9.5, b),

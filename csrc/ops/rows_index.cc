@@ -893,6 +893,33 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     CheckDim(x, d, idx, "scatter_reduce", a.device);
     return {ScatterReduceTwo(x, d, idx, src, reduce, a.Bool(5, true))};
   }});
+  // index_reduce: scatter_reduce with the 1-d index spread over source's other dims (same reductions,
+  // include_self and NaN rules); eager checks the indices itself ("index out of range in self", no wrapping).
+  rows.push_back({"index_reduce", [](OpArgs& a) -> V {
+    Value x = a.V(0), idx = a.V(2), src = a.V(3);
+    const std::string reduce = a.Str(4);
+    if (reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") throw NotLowered{};
+    const bool scalar = x.rank() == 0;  // a 0-d self and source: as one-element vectors
+    if (scalar) {
+      if (src.rank() != 0 || idx.rank() > 1 || idx.shape().numel() != 1) throw NotLowered{};
+      x = ir::Reshape(x, {1});
+      src = ir::Reshape(src, {1});
+      idx = ir::Reshape(idx, {1});
+    }
+    if ( idx.rank() != 1 || src.rank() != x.rank() || src.dtype() != x.dtype() ||
+        (idx.dtype() != DType::kS64 && idx.dtype() != DType::kS32) || x.dtype() == DType::kPred ||
+        ir::IsComplex(x.dtype()) || x.dtype() == DType::kU16 || x.dtype() == DType::kU32 || x.dtype() == DType::kU64) {
+      throw NotLowered{};  // eager's errors, or types scatter_reduce does not lower
+    }
+    const int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
+    if (src.dims()[d] != idx.dims()[0]) throw NotLowered{};
+    for (int k = 0; k < x.rank(); ++k) if (k != d && src.dims()[k] != x.dims()[k]) throw NotLowered{};
+    if (idx.shape().numel() == 0) return {scalar ? ir::Reshape(x, {}) : x};
+    CheckIndexRange(idx, 0, x.dims()[d], "index out of range in self", a.device);
+    Value full = ir::BroadcastInDim(idx, src.dims(), {d});
+    Value r = ScatterReduceTwo(x, d, full, src, reduce, a.Bool(5, true));
+    return {scalar ? ir::Reshape(r, {}) : r};
+  }});
   // index_copy: self's slices at index[i] along dim take source's slice i (a scatter).
   rows.push_back({"index_copy", [](OpArgs& a) -> V {
     Value x = a.V(0), idx = a.V(2), src = a.V(3);
