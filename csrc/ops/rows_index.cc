@@ -393,10 +393,13 @@ Value PadIndexed(const Value& x, const std::vector<int64_t>& pad, bool reflect) 
 }
 
 // Source index per output position for nearest upsampling (PyTorch's "nearest": floor(o * scale)).
-Value NearestIndex(int64_t out, int64_t in, std::optional<double> scale) {
+// eager's source index of output o: floor(o * scale), or for nearest-exact floor((o + 0.5) * scale),
+// in float32 with the scale rounded to float32, clamped to in - 1.
+Value NearestIndex(int64_t out, int64_t in, std::optional<double> scale, bool exact = false) {
   double s = scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out;
   ir::Shape fs(DType::kF32, {out});
   Value o = ir::Iota(fs, 0);
+  if (exact) o = ir::Binary(Op::kAdd, o, ir::Full(0.5, fs));
   Value src = ir::Unary(Op::kFloor, ir::Binary(Op::kMul, o, ir::Full(s, fs)));
   Value i = ir::Convert(src, DType::kS64);
   return ir::Clamp(ir::Full(0, i.shape()), i, ir::Full(static_cast<double>(in - 1), i.shape()));
@@ -472,8 +475,8 @@ Value Linear1d(const Value& x, int64_t dim, int64_t out, bool align_corners, std
 }
 
 // One-hot selection matrix [out, in] for nearest resampling.
-Value NearestMatrix(int64_t out, int64_t in, std::optional<double> scale, DType t) {
-  Value idx = NearestIndex(out, in, scale);
+Value NearestMatrix(int64_t out, int64_t in, std::optional<double> scale, DType t, bool exact = false) {
+  Value idx = NearestIndex(out, in, scale, exact);
   ir::Shape ms(DType::kS64, {out, in});
   Value eq = ir::Compare(CompareDir::kEQ, ir::Iota(ms, 1), ir::BroadcastInDim(idx, {out, in}, {0}));
   return Cast(eq, t);
@@ -487,13 +490,13 @@ std::optional<double> OptD(const OpArgs& a, size_t k) { return a.OptDouble(k); }
 // every input at once and added where it exists. (A product with the 0/1 matrix added in the dot's
 // order: float32 gradients differed in the last bit.)
 Value NearestBackwardSequential(const Value& g, int64_t in_h, int64_t in_w, std::optional<double> sh,
-                                std::optional<double> sw, DType ct) {
+                                std::optional<double> sw, DType ct, bool exact = false) {
   const int r = g.rank();
   struct Dim { int d; Value first, count; int64_t most; };
   auto dim = [&](int d, int64_t in, std::optional<double> sc) {
     const int64_t out = g.dims()[d];
     ir::Shape ms(DType::kS64, {in, out});
-    Value i = ir::Iota(ms, 0), src = ir::BroadcastInDim(NearestIndex(out, in, sc), {in, out}, {1});
+    Value i = ir::Iota(ms, 0), src = ir::BroadcastInDim(NearestIndex(out, in, sc, exact), {in, out}, {1});
     Dim dm{d, ir::Reduce(ir::ReduceKind::kSum, ir::Convert(ir::Compare(CompareDir::kLT, src, i), DType::kS64), {1}),
            ir::Reduce(ir::ReduceKind::kSum, ir::Convert(ir::Compare(CompareDir::kEQ, src, i), DType::kS64), {1}),
            std::min(out, out % in == 0 && !(sc && *sc > 0) ? out / in : out / in + 2)};
@@ -1278,6 +1281,17 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     Value y = GatherAlong(x, r - 2, NearestIndex(os[0], x.dims()[r - 2], OptD(a, 2)));
     return {GatherAlong(y, r - 1, NearestIndex(os[1], x.dims()[r - 1], OptD(a, 3)))};
   }});
+  rows.push_back({"_upsample_nearest_exact2d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const auto& os = a.Ints(1);
+    int r = x.rank();
+    Value y = GatherAlong(x, r - 2, NearestIndex(os[0], x.dims()[r - 2], OptD(a, 2), true));
+    return {GatherAlong(y, r - 1, NearestIndex(os[1], x.dims()[r - 1], OptD(a, 3), true))};
+  }});
+  rows.push_back({"_upsample_nearest_exact1d", [](OpArgs& a) -> V {
+    Value x = a.V(0);
+    return {GatherAlong(x, x.rank() - 1, NearestIndex(a.Ints(1)[0], x.dims()[x.rank() - 1], OptD(a, 2), true))};
+  }});
   rows.push_back({"upsample_nearest1d", [](OpArgs& a) -> V {
     Value x = a.V(0);
     return {GatherAlong(x, x.rank() - 1, NearestIndex(a.Ints(1)[0], x.dims()[x.rank() - 1], OptD(a, 2)))};
@@ -1307,18 +1321,20 @@ void AddIndexRows(std::vector<OpRow>& rows) {
     }
     return {ScatterDim(x, d, ib, v, true)};
   }});
-  rows.push_back({"upsample_nearest2d_backward", [](OpArgs& a) -> V {
-    Value g = a.V(0);
-    const auto& os = a.Ints(1);
-    const auto& is = a.Ints(2);
-    DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-    if (ir::IsFloating(g.dtype()) && g.rank() == 4 && g.shape().numel() > 0 && is[2] > 0 && is[3] > 0 &&
-        g.dims()[2] / is[2] <= 8 && g.dims()[3] / is[3] <= 8) {
-      return {Cast(NearestBackwardSequential(g, is[2], is[3], OptD(a, 3), OptD(a, 4), ct), g.dtype())};
-    }
-    Value ah = NearestMatrix(os[0], is[2], OptD(a, 3), ct), aw = NearestMatrix(os[1], is[3], OptD(a, 4), ct);
-    return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
-  }});
+  for (bool exact : {false, true}) {
+    rows.push_back({exact ? "_upsample_nearest_exact2d_backward" : "upsample_nearest2d_backward", [exact](OpArgs& a) -> V {
+      Value g = a.V(0);
+      const auto& os = a.Ints(1);
+      const auto& is = a.Ints(2);
+      DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      if (ir::IsFloating(g.dtype()) && g.rank() == 4 && g.shape().numel() > 0 && is[2] > 0 && is[3] > 0 &&
+          g.dims()[2] / is[2] <= 8 && g.dims()[3] / is[3] <= 8) {
+        return {Cast(NearestBackwardSequential(g, is[2], is[3], OptD(a, 3), OptD(a, 4), ct, exact), g.dtype())};
+      }
+      Value ah = NearestMatrix(os[0], is[2], OptD(a, 3), ct, exact), aw = NearestMatrix(os[1], is[3], OptD(a, 4), ct, exact);
+      return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
+    }});
+  }
   rows.push_back({"upsample_bilinear2d", [](OpArgs& a) -> V {
     Value x = a.V(0);
     const auto& os = a.Ints(1);
