@@ -160,6 +160,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("unfold", ""): ("unfold_copy",),
     ("unfold_copy", ""): ("unfold_copy",),
     ("angle", ""): ("angle",),
+    ("logcumsumexp", ""): ("_logcumsumexp",),
     ("isin", ""): ("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"),
     ("cdist", ""): ("_cdist_forward", "_cdist_backward"),
     ("nn.functional.unfold", ""): ("im2col",),
@@ -797,6 +798,13 @@ def test_direct_rows():
     for bad in ([0, 3], [-1, 0]):
         with pytest.raises(IndexError, match="index out of range in self"):
             torch.ones(3, 2).to(XLA).index_reduce(0, torch.tensor(bad).to(XLA), torch.randn(2, 2).to(XLA), "amax").cpu()
+    # logcumsumexp through infinities, NaN and a tiny start (eager's log-add-exp rules).
+    inf = float("inf")
+    vals = torch.tensor([[-1000., 0., 3., -inf, -inf, inf, 2., float("nan"), 1.], [-inf, -inf, -inf, 5., inf, inf, -inf, 1., 1e30]])
+    for t in (torch.float32, torch.float64, torch.bfloat16):
+        for dim in (0, 1):
+            ref = torch.logcumsumexp(vals.to(t), dim)
+            torch.testing.assert_close(torch.logcumsumexp(vals.to(t).to(XLA), dim).cpu(), ref, equal_nan=True)
     # isin with a scalar on either side; col2im (F.fold, im2col's gradient) with padding, stride, dilation.
     e, tst = torch.tensor([[1, 5, 3], [7, 3, 0]]), torch.tensor([3, 7, 9])
     for fn in (lambda a, b: torch.isin(a, 3), lambda a, b: torch.isin(3, b), lambda a, b: torch.isin(9.5, b),

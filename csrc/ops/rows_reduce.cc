@@ -187,6 +187,40 @@ void AddReductionRows(std::vector<OpRow>& rows) {
     return {Cast(ir::Cumulative(ir::ReduceKind::kSum, Cast(x, acc), a.Int(1)), t)};
   }});
 
+  rows.push_back({"_logcumsumexp", [](OpArgs& a) -> V {
+    // A running log(sum(exp)): eager folds left with its log-add-exp in the accumulate type (double
+    // for float32, float32 for half types). log-add-exp is associative, so: a log-depth scan
+    // (y = lae(y, y shifted by k, -inf filled) for k = 1, 2, 4, ...) in that type, rounded once.
+    Value x = a.V(0);
+    if (!ir::IsFloating(x.dtype())) throw NotLowered{};
+    if (x.rank() == 0) return {x};
+    const int64_t dim = ir::NormalizeDim(a.Int(1), x.rank());
+    const int64_t n = x.dims()[dim];
+    if (x.shape().numel() == 0 || n == 1) return {x};
+    const DType acc = (x.dtype() == DType::kF32 || x.dtype() == DType::kF64) ? DType::kF64 : DType::kF32;
+    Value y = Cast(x, acc);
+    const ir::Shape sh = y.shape();
+    const double inf = std::numeric_limits<double>::infinity();
+    Value ninf = ir::Full(-inf, ir::Shape(acc, {}));
+    auto lae = [&](const Value& p, const Value& q) {
+      // eager's _log_add_exp_helper: max + log1p(exp(min - max)); equal infinities give the first; NaN wins
+      Value mx = ir::Binary(Op::kMax, p, q), mn = ir::Binary(Op::kMin, p, q);
+      Value r = ir::Binary(Op::kAdd, mx, ir::Unary(Op::kLog1p, ir::Unary(Op::kExp, ir::Binary(Op::kSub, mn, mx))));
+      Value same_inf = ir::Binary(Op::kAnd, ir::Compare(ir::CompareDir::kEQ, mn, mx), ir::Unary(Op::kNot, ir::Unary(Op::kIsFinite, mn)));
+      r = ir::Select(same_inf, p, r);
+      Value nan = ir::Binary(Op::kOr, ir::Compare(ir::CompareDir::kNE, p, p), ir::Compare(ir::CompareDir::kNE, q, q));
+      return ir::Select(nan, ir::Full(std::numeric_limits<double>::quiet_NaN(), sh), r);
+    };
+    for (int64_t k = 1; k < n; k *= 2) {
+      std::vector<int64_t> st(x.rank(), 0), lim = x.dims(), str(x.rank(), 1), lo(x.rank(), 0), hi(x.rank(), 0),
+          in(x.rank(), 0);
+      lim[dim] = n - k;
+      lo[dim] = k;
+      Value shifted = ir::Pad(ir::Slice(y, st, lim, str), ninf, lo, hi, in);
+      y = lae(y, shifted);
+    }
+    return {Cast(y, x.dtype())};
+  }});
   rows.push_back({"mm", [](OpArgs& a) -> V {
     Value x = a.V(0), y = a.V(1);
     if (x.rank() != 2 || y.rank() != 2) a.Fail("self must be a matrix");
