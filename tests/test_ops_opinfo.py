@@ -163,6 +163,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("logcumsumexp", ""): ("_logcumsumexp",),
     ("isin", ""): ("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"),
     ("cdist", ""): ("_cdist_forward", "_cdist_backward"),
+    ("nn.functional.pdist", ""): ("_pdist_forward", "_pdist_backward"),
     ("nn.functional.unfold", ""): ("im2col",),
     ("alias_copy", ""): ("alias_copy",),
     ("clone", ""): ("clone",),

@@ -309,6 +309,45 @@ Corners BilinearCorners(const GridGeom& gg, int64_t h, int64_t w) {
   return k;
 }
 
+// || d ||_p over dim `last` of the pairwise differences d, as eager's distance kernels: p = 0 counts
+// the nonzero elements, 1, 2 and inf have their own forms, any other p is (sum |d|^p)^(1/p).
+static Value PNormOfDiff(const Value& d, int64_t last, double p, DType t) {
+  Value ad = ir::Unary(Op::kAbs, d);
+  if (p == 0) return ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, d, ir::Full(0, d.shape())), t), {last});
+  if (p == 1) return ir::Reduce(ir::ReduceKind::kSum, ad, {last});
+  if (p == 2) return ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, Bin(Op::kMul, d, d), {last}));
+  if (std::isinf(p)) return ir::Reduce(ir::ReduceKind::kMax, ad, {last});
+  Value s = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kPow, ad, ir::Full(p, ad.shape())), {last});
+  return ir::Binary(Op::kPow, s, ir::Full(1.0 / p, s.shape()));
+}
+
+// The gradient of || d ||_p for each element of d, times the incoming gradient gq (gq and the
+// distance dq broadcast to d's shape): eager's per-pair backward terms (zero where the distance is
+// 0, and for p < 1 where the difference is 0). p = 0 is not handled here (its gradient is zero).
+static Value PNormGradTerm(const Value& d, const Value& gq, const Value& dq, double p, DType t) {
+  Value zero = ir::Full(0, d.shape());
+  Value ad = ir::Unary(Op::kAbs, d), sg = ir::Unary(Op::kSign, d);
+  Value dist0 = ir::Compare(CompareDir::kEQ, dq, zero);
+  auto powc = [&](const Value& x, double e) { return ir::Binary(Op::kPow, x, ir::Full(e, x.shape())); };
+  Value term;
+  if (p == 1) {
+    term = Bin(Op::kMul, gq, sg);
+  } else if (p == 2) {
+    term = ir::Select(dist0, zero, Bin(Op::kDiv, Bin(Op::kMul, gq, d), dq));
+  } else if (std::isinf(p)) {
+    term = Bin(Op::kMul, Bin(Op::kMul, gq, sg), Cast(ir::Compare(CompareDir::kEQ, ad, dq), t));
+  } else if (p < 2) {
+    Value v = Bin(Op::kDiv, Bin(Op::kMul, Bin(Op::kMul, sg, powc(ad, p - 1)), gq), powc(dq, p - 1));
+    Value skip = dist0;
+    if (p < 1) skip = ir::Binary(Op::kOr, skip, ir::Compare(CompareDir::kEQ, d, zero));
+    term = ir::Select(skip, zero, v);
+  } else {
+    Value v = Bin(Op::kDiv, Bin(Op::kMul, Bin(Op::kMul, d, powc(ad, p - 2)), gq), powc(dq, p - 1));
+    term = ir::Select(dist0, zero, v);
+  }
+  return term;
+}
+
 // angle (real inputs), isin, cdist's kernel, im2col/col2im (nn.Unfold / nn.Fold): composites of
 // existing primitives. Anything outside what is lowered here (complex inputs, eager's argument
 // errors, very large pairwise products) throws NotLowered: the CPU fallback gives eager's answer
@@ -391,14 +430,7 @@ static void AddWindowAndSetRows(std::vector<OpRow>& rows) {
       return ir::BroadcastInDim(BroadcastTo(x, d), quad, bd);
     };
     Value d = Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
-    Value ad = ir::Unary(Op::kAbs, d);
-    const int64_t last = nq - 1;
-    if (p == 0) return {ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kNE, d, ir::Full(0, d.shape())), t), {last})};
-    if (p == 1) return {ir::Reduce(ir::ReduceKind::kSum, ad, {last})};
-    if (p == 2) return {ir::Unary(Op::kSqrt, ir::Reduce(ir::ReduceKind::kSum, Bin(Op::kMul, d, d), {last}))};
-    if (std::isinf(p)) return {ir::Reduce(ir::ReduceKind::kMax, ad, {last})};
-    Value s = ir::Reduce(ir::ReduceKind::kSum, ir::Binary(Op::kPow, ad, ir::Full(p, ad.shape())), {last});
-    return {ir::Binary(Op::kPow, s, ir::Full(1.0 / p, s.shape()))};
+    return {PNormOfDiff(d, nq - 1, p, t)};
   }});
   rows.push_back({"_cdist_backward", [](OpArgs& a) -> V {
     // The gradient of _cdist_forward for x1 (autograd calls it again with x1 and x2 swapped for x2):
@@ -438,27 +470,70 @@ static void AddWindowAndSetRows(std::vector<OpRow>& rows) {
     std::iota(lead.begin(), lead.end(), 0);
     Value d = Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
     Value gq = ir::BroadcastInDim(g, quad, lead), dq = ir::BroadcastInDim(dist, quad, lead);
-    Value zero = ir::Full(0, d.shape());
-    Value ad = ir::Unary(Op::kAbs, d), sg = ir::Unary(Op::kSign, d);
-    Value dist0 = ir::Compare(CompareDir::kEQ, dq, zero);
-    auto powc = [&](const Value& x, double e) { return ir::Binary(Op::kPow, x, ir::Full(e, x.shape())); };
-    Value term;
-    if (p == 1) {
-      term = Bin(Op::kMul, gq, sg);
-    } else if (p == 2) {
-      term = ir::Select(dist0, zero, Bin(Op::kDiv, Bin(Op::kMul, gq, d), dq));
-    } else if (std::isinf(p)) {
-      term = Bin(Op::kMul, Bin(Op::kMul, gq, sg), Cast(ir::Compare(CompareDir::kEQ, ad, dq), t));
-    } else if (p < 2) {
-      Value v = Bin(Op::kDiv, Bin(Op::kMul, Bin(Op::kMul, sg, powc(ad, p - 1)), gq), powc(dq, p - 1));
-      Value skip = dist0;
-      if (p < 1) skip = ir::Binary(Op::kOr, skip, ir::Compare(CompareDir::kEQ, d, zero));
-      term = ir::Select(skip, zero, v);
-    } else {
-      Value v = Bin(Op::kDiv, Bin(Op::kMul, Bin(Op::kMul, d, powc(ad, p - 2)), gq), powc(dq, p - 1));
-      term = ir::Select(dist0, zero, v);
-    }
+    Value term = PNormGradTerm(d, gq, dq, p, t);
     return {ir::Reduce(ir::ReduceKind::kSum, term, {static_cast<int64_t>(nq - 2)})};
+  }});
+  // pdist: the distances of the K = N(N-1)/2 row pairs i < j of x [N, M], in row-major pair order.
+  // Pair k's rows from iotas: i = #{r >= 1 : start(r) <= k} with start(r) = r(2N - r - 1)/2, and
+  // j = k - start(i) + i + 1.
+  struct Pairs {
+    Value i, j;
+  };
+  auto pairs = [](int64_t n) {
+    const int64_t k = n * (n - 1) / 2;
+    ir::Shape ks(DType::kS64, {k, n - 1});
+    Value kk = ir::Iota(ks, 0), r = Bin(Op::kAdd, ir::Iota(ks, 1), ir::Full(1, ks));
+    auto start = [&](const Value& v) {  // v(2N - v - 1)/2
+      Value two_n = ir::Full(static_cast<double>(2 * n - 1), v.shape());
+      return Bin(Op::kDiv, Bin(Op::kMul, v, Bin(Op::kSub, two_n, v)), ir::Full(2, v.shape()));
+    };
+    Value i = ir::Reduce(ir::ReduceKind::kSum, Cast(ir::Compare(CompareDir::kLE, start(r), kk), DType::kS64), {1});
+    Value k1 = ir::Iota(ir::Shape(DType::kS64, {k}), 0);
+    Value j = Bin(Op::kAdd, Bin(Op::kSub, k1, start(i)), Bin(Op::kAdd, i, ir::Full(1, i.shape())));
+    return Pairs{i, j};
+  };
+  auto rows_at = [](const Value& x, const Value& idx) {  // x[idx] for a 2-d x: [K, M]
+    const int64_t m = x.dims()[1], k = idx.dims()[0];
+    return ir::Gather(x, ir::Reshape(idx, {k, 1}), {1}, {0}, {0}, 1, {1, m});
+  };
+  rows.push_back({"_pdist_forward", [pairs, rows_at](OpArgs& a) -> V {
+    Value x = a.V(0);
+    const double p = a.Double(1);
+    const DType t = x.dtype();
+    if ((t != DType::kF32 && t != DType::kF64) || x.rank() != 2 || !(p >= 0)) throw NotLowered{};
+    const int64_t n = x.dims()[0], m = x.dims()[1];
+    if (n <= 1) return {ir::Full(0, ir::Shape(t, {0}))};
+    const int64_t k = n * (n - 1) / 2;
+    if (m == 0) return {ir::Full(0, ir::Shape(t, {k}))};
+    if (k * std::max(n, m) > (int64_t{1} << 24)) throw NotLowered{};
+    Pairs pr = pairs(n);
+    return {PNormOfDiff(Bin(Op::kSub, rows_at(x, pr.i), rows_at(x, pr.j)), 1, p, t)};
+  }});
+  rows.push_back({"_pdist_backward", [pairs, rows_at](OpArgs& a) -> V {
+    // Each pair's term is added to row i and subtracted from row j: a [N, K] matrix of 0/+1/-1
+    // times the [K, M] terms.
+    Value g = a.V(0), x = a.V(1), dist = a.V(3);
+    const double p = a.Double(2);
+    const DType t = x.dtype();
+    if ((t != DType::kF32 && t != DType::kF64) || x.rank() != 2 || !(p >= 0) || g.dtype() != t ||
+        dist.dtype() != t) {
+      throw NotLowered{};
+    }
+    const int64_t n = x.dims()[0], m = x.dims()[1];
+    const int64_t k = n * (n - 1) / 2;
+    if (g.dims() != std::vector<int64_t>{k} || dist.dims() != std::vector<int64_t>{k}) throw NotLowered{};
+    if (n <= 1 || m == 0 || p == 0) return {ir::Full(0, ir::Shape(t, x.dims()))};
+    if (k * std::max(n, m) > (int64_t{1} << 24)) throw NotLowered{};
+    Pairs pr = pairs(n);
+    Value d = Bin(Op::kSub, rows_at(x, pr.i), rows_at(x, pr.j));
+    Value term = PNormGradTerm(d, ir::BroadcastInDim(g, d.dims(), {0}), ir::BroadcastInDim(dist, d.dims(), {0}), p, t);
+    ir::Shape nk(DType::kS64, {n, k});
+    Value row = ir::Iota(nk, 0);
+    auto hit = [&](const Value& idx) {
+      return Cast(ir::Compare(CompareDir::kEQ, row, ir::BroadcastInDim(idx, {n, k}, {1})), t);
+    };
+    Value sel = Bin(Op::kSub, hit(pr.i), hit(pr.j));
+    return {ir::DotGeneral(sel, term, {}, {}, {1}, {0}, t)};
   }});
   // im2col: [N, C, H, W] -> [N, C*kh*kw, L], column (c, i, j) holding x_pad[c, i*dh + y*sh, j*dw + z*sw]
   // for the L = oh*ow output positions (y, z): one strided slice of the padded input per (i, j).
