@@ -160,6 +160,7 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("unfold", ""): ("unfold_copy",),
     ("unfold_copy", ""): ("unfold_copy",),
     ("angle", ""): ("angle",),
+    ("nonzero_static", ""): ("nonzero_static",),
     ("logcumsumexp", ""): ("_logcumsumexp",),
     ("isin", ""): ("isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor"),
     ("cdist", ""): ("_cdist_forward", "_cdist_backward"),

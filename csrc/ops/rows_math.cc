@@ -329,6 +329,28 @@ void AddMathRows(std::vector<OpRow>& rows) {
     if (x.rank() == 0) return {nz};
     return {ir::Reduce(ir::ReduceKind::kSum, nz, dims)};
   }});
+  rows.push_back({"nonzero_static", [](OpArgs& a) -> V {
+    // The coordinates of the first `size` nonzero elements in row-major order, rows past the count
+    // filled with fill_value: each nonzero element's coordinates are scattered to row
+    // (its running count - 1); the others, and those past `size`, go out of bounds and are dropped.
+    Value x = a.V(0);
+    const int64_t size = a.Int(1), fill = a.Int(2);
+    if (size < 0 || ir::IsComplex(x.dtype())) throw NotLowered{};
+    const int r = x.rank();
+    if (r == 0) return {ir::Full(0, ir::Shape(DType::kS64, {size, 0}))};  // eager: [size, 0]
+    const int64_t n = x.shape().numel();
+    Value out = ir::Full(static_cast<double>(fill), ir::Shape(DType::kS64, {size, r}));
+    if (fill > (int64_t{1} << 53) || fill < -(int64_t{1} << 53)) out = ir::BroadcastInDim(ir::ConstantInt(fill, DType::kS64), {size, r}, {});
+    if (n == 0 || size == 0) return {out};
+    Value nz = ir::Reshape(Cast(ir::Compare(CompareDir::kNE, x, ir::Full(0, x.shape())), DType::kS64), {n});
+    Value pos = ir::Binary(Op::kSub, ir::Cumulative(ir::ReduceKind::kSum, nz, 0), ir::Full(1, nz.shape()));
+    Value target = ir::Select(ir::Compare(CompareDir::kNE, nz, ir::Full(0, nz.shape())), pos,
+                              ir::Full(static_cast<double>(size), nz.shape()));
+    std::vector<Value> coords;
+    for (int d = 0; d < r; ++d) coords.push_back(ir::Reshape(ir::Iota(ir::Shape(DType::kS64, x.dims()), d), {n, 1}));
+    Value upd = r == 1 ? coords[0] : ir::Concatenate(coords, 1);
+    return {ir::Scatter(out, ir::Reshape(target, {n, 1}), upd, {1}, {0}, {0}, 1, 0)};
+  }});
   for (bool tensor_value : {false, true}) {
     rows.push_back({tensor_value ? "index_fill.int_Tensor" : "index_fill.int_Scalar", [tensor_value](OpArgs& a) -> V {
       Value x = a.V(0), idx = a.V(2);
