@@ -295,9 +295,10 @@ OPINFO_ROWS: dict[tuple[str, str], tuple[str, ...]] = {
     ("nn.functional.pad", "constant"): ("constant_pad_nd",),
     ("nn.functional.pad", "reflect"): ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d"),
     ("nn.functional.pad", "replicate"): ("replication_pad1d", "replication_pad2d", "replication_pad3d"),
-    ("nn.functional.interpolate", "nearest"): ("upsample_nearest2d", "upsample_nearest2d_backward", "upsample_nearest1d"),
+    ("nn.functional.interpolate", "nearest"): ("upsample_nearest2d", "upsample_nearest2d_backward", "upsample_nearest1d",
+                                               "upsample_nearest1d_backward"),
     ("nn.functional.interpolate", "nearest-exact"): ("_upsample_nearest_exact2d", "_upsample_nearest_exact2d_backward",
-                                                     "_upsample_nearest_exact1d"),
+                                                     "_upsample_nearest_exact1d", "_upsample_nearest_exact1d_backward"),
     # ---- issue #8: ops upstream lowers
     ("nn.functional.mse_loss", ""): ("mse_loss", "mse_loss_backward"),
     ("nn.functional.softplus", ""): ("softplus", "softplus_backward"),

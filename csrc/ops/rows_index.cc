@@ -1335,6 +1335,21 @@ void AddIndexRows(std::vector<OpRow>& rows) {
       return {Cast(ResampleLast2(Cast(g, ct), ir::Transpose(ah, {1, 0}), ir::Transpose(aw, {1, 0})), g.dtype())};
     }});
   }
+  for (bool exact : {false, true}) {
+    // 1-d: the 2-d gradient with a height of 1 (same summation order as eager's kernel).
+    rows.push_back({exact ? "_upsample_nearest_exact1d_backward" : "upsample_nearest1d_backward", [exact](OpArgs& a) -> V {
+      Value g = a.V(0);
+      const auto& is = a.Ints(2);
+      if (!ir::IsFloating(g.dtype()) || g.rank() != 3 || is.size() != 3 || g.shape().numel() == 0 || is[2] <= 0 ||
+          g.dims()[2] / is[2] > 8) {
+        throw NotLowered{};
+      }
+      DType ct = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      Value g4 = ir::Reshape(g, {g.dims()[0], g.dims()[1], 1, g.dims()[2]});
+      Value r = NearestBackwardSequential(g4, 1, is[2], std::nullopt, OptD(a, 3), ct, exact);
+      return {ir::Reshape(Cast(r, g.dtype()), {is[0], is[1], is[2]})};
+    }});
+  }
   rows.push_back({"upsample_bilinear2d", [](OpArgs& a) -> V {
     Value x = a.V(0);
     const auto& os = a.Ints(1);
