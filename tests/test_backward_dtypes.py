@@ -106,13 +106,18 @@ CASES = {
     "adaptive_max_pool2d_backward": _adamax,
     "embedding_dense_backward": lambda g, x, d: A.embedding_dense_backward(
         mk((3, 4), g, 1).to(d), torch.tensor([0, 2, 0]).to(d), 5, -1, False),
+    "_cdist_backward": lambda g, x, d: A._cdist_backward(mk((2, 3), g, 1).to(d), mk((2, 4), x, 2).to(d),
+                                                         mk((3, 4), x, 3).to(d), 2.0, mk((2, 3), x, 4, 0.5, 1.5).to(d)),
+    "_pdist_backward": lambda g, x, d: A._pdist_backward(mk(3, g, 1).to(d), mk((3, 4), x, 2).to(d), 2.0,
+                                                         mk(3, x, 4, 0.5, 1.5).to(d)),
 }
 
 # Backward rows with a single floating tensor argument (no grad/input mix to make), or covered by a
 # sibling row's case (same code, another spatial rank).
 SINGLE_TENSOR = {"slice_backward", "select_backward", "upsample_nearest2d_backward", "upsample_linear1d_backward",
                  "upsample_bilinear2d_backward", "upsample_bicubic2d_backward", "upsample_trilinear3d_backward",
-                 "upsample_nearest1d_backward", "upsample_nearest3d_backward"}
+                 "upsample_nearest1d_backward", "upsample_nearest3d_backward", "_upsample_nearest_exact1d_backward",
+                 "_upsample_nearest_exact2d_backward"}
 SIBLINGS = {"convolution_backward_overrideable": "convolution_backward",
             "max_pool3d_with_indices_backward": "max_pool2d_with_indices_backward"}
 
