@@ -914,6 +914,10 @@ void AddIndexRows(std::vector<OpRow>& rows) {
         ir::IsComplex(x.dtype()) || x.dtype() == DType::kU16 || x.dtype() == DType::kU32 || x.dtype() == DType::kU64) {
       throw NotLowered{};  // eager's errors, or types scatter_reduce does not lower
     }
+    // float16/bfloat16 prod/mean: eager rounds after every step, scatter_reduce accumulates in float32
+    if ((reduce == "prod" || reduce == "mean") && (x.dtype() == DType::kF16 || x.dtype() == DType::kBF16)) {
+      throw NotLowered{};
+    }
     const int64_t d = ir::NormalizeDim(a.Int(1), x.rank());
     if (src.dims()[d] != idx.dims()[0]) throw NotLowered{};
     for (int k = 0; k < x.rank(); ++k) if (k != d && src.dims()[k] != x.dims()[k]) throw NotLowered{};
