@@ -348,6 +348,32 @@ static Value PNormGradTerm(const Value& d, const Value& gq, const Value& dq, dou
   return term;
 }
 
+// cdist's geometry: x1 [B1..., P, M] and x2 [B2..., R, M] with broadcast batch dims, and their
+// pairwise differences x1[b, i] - x2[b, j] as [batch..., P, R, M].
+struct CdistPairs {
+  std::vector<int64_t> batch;
+  int64_t P, R, M;
+  explicit CdistPairs(const Value& x1, const Value& x2)
+      : batch(BroadcastShapes(std::vector<int64_t>(x1.dims().begin(), x1.dims().end() - 2),
+                              std::vector<int64_t>(x2.dims().begin(), x2.dims().end() - 2))),
+        P(x1.dims()[x1.rank() - 2]), R(x2.dims()[x2.rank() - 2]), M(x1.dims().back()) {}
+  std::vector<int64_t> Dims(std::initializer_list<int64_t> tail) const {
+    std::vector<int64_t> d = batch;
+    d.insert(d.end(), tail);
+    return d;
+  }
+  Value Diffs(const Value& x1, const Value& x2) const {
+    const std::vector<int64_t> quad = Dims({P, R, M});
+    const int nq = static_cast<int>(quad.size());
+    auto spread = [&](const Value& x, int64_t n, int skip) {  // [batch..., n, M] -> quad, skipping `skip`
+      std::vector<int64_t> bd;
+      for (int k = 0; k < nq; ++k) if (k != skip) bd.push_back(k);
+      return ir::BroadcastInDim(BroadcastTo(x, Dims({n, M})), quad, bd);
+    };
+    return Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
+  }
+};
+
 // angle (real inputs), isin, cdist's kernel, im2col/col2im (nn.Unfold / nn.Fold): composites of
 // existing primitives. Anything outside what is lowered here (complex inputs, eager's argument
 // errors, very large pairwise products) throws NotLowered: the CPU fallback gives eager's answer
@@ -409,28 +435,11 @@ static void AddWindowAndSetRows(std::vector<OpRow>& rows) {
         !(p >= 0) || x1.dims().back() != x2.dims().back()) {
       throw NotLowered{};  // eager's errors
     }
-    const int r1 = x1.rank(), r2 = x2.rank();
-    std::vector<int64_t> b1(x1.dims().begin(), x1.dims().end() - 2), b2(x2.dims().begin(), x2.dims().end() - 2);
-    std::vector<int64_t> batch = BroadcastShapes(b1, b2);
-    const int64_t P = x1.dims()[r1 - 2], R = x2.dims()[r2 - 2], M = x1.dims().back();
-    std::vector<int64_t> out = batch;
-    out.push_back(P);
-    out.push_back(R);
-    const int64_t nb = ProductOf(batch);
-    if (nb * P * R == 0 || M == 0) return {ir::Full(0, ir::Shape(t, out))};
-    if (nb * P * R * M > (int64_t{1} << 24)) throw NotLowered{};
-    std::vector<int64_t> quad = out;
-    quad.push_back(M);
-    const int nq = static_cast<int>(quad.size());
-    auto spread = [&](const Value& x, int64_t n, int skip) {  // [batch..., n, M] -> quad, skipping `skip`
-      std::vector<int64_t> d = batch, bd;
-      d.push_back(n);
-      d.push_back(M);
-      for (int k = 0; k < nq; ++k) if (k != skip) bd.push_back(k);
-      return ir::BroadcastInDim(BroadcastTo(x, d), quad, bd);
-    };
-    Value d = Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
-    return {PNormOfDiff(d, nq - 1, p, t)};
+    const CdistPairs pc(x1, x2);
+    const int64_t nb = ProductOf(pc.batch);
+    if (nb * pc.P * pc.R == 0 || pc.M == 0) return {ir::Full(0, ir::Shape(t, pc.Dims({pc.P, pc.R})))};
+    if (nb * pc.P * pc.R * pc.M > (int64_t{1} << 24)) throw NotLowered{};
+    return {PNormOfDiff(pc.Diffs(x1, x2), static_cast<int64_t>(pc.batch.size()) + 2, p, t)};
   }});
   rows.push_back({"_cdist_backward", [](OpArgs& a) -> V {
     // The gradient of _cdist_forward for x1 (autograd calls it again with x1 and x2 swapped for x2):
@@ -443,35 +452,17 @@ static void AddWindowAndSetRows(std::vector<OpRow>& rows) {
         x1.rank() < 2 || x2.rank() < 2 || !(p >= 0) || x1.dims().back() != x2.dims().back()) {
       throw NotLowered{};
     }
-    const int r1 = x1.rank(), r2 = x2.rank();
-    std::vector<int64_t> b1(x1.dims().begin(), x1.dims().end() - 2), b2(x2.dims().begin(), x2.dims().end() - 2);
-    std::vector<int64_t> batch = BroadcastShapes(b1, b2);
-    const int64_t P = x1.dims()[r1 - 2], R = x2.dims()[r2 - 2], M = x1.dims().back();
-    std::vector<int64_t> out = batch, pr = batch;
-    out.push_back(P);
-    out.push_back(M);
-    pr.push_back(P);
-    pr.push_back(R);
+    const CdistPairs pc(x1, x2);
+    const std::vector<int64_t> pr = pc.Dims({pc.P, pc.R}), quad = pc.Dims({pc.P, pc.R, pc.M});
     if (g.dims() != pr || dist.dims() != pr) throw NotLowered{};
-    const int64_t nb = ProductOf(batch);
-    if (nb * P * M == 0 || R == 0 || p == 0) return {ir::Full(0, ir::Shape(t, out))};
-    if (nb * P * R * M > (int64_t{1} << 24)) throw NotLowered{};
-    std::vector<int64_t> quad = pr;
-    quad.push_back(M);
-    const int nq = static_cast<int>(quad.size());
-    auto spread = [&](const Value& x, int64_t n, int skip) {
-      std::vector<int64_t> d = batch, bd;
-      d.push_back(n);
-      d.push_back(M);
-      for (int k = 0; k < nq; ++k) if (k != skip) bd.push_back(k);
-      return ir::BroadcastInDim(BroadcastTo(x, d), quad, bd);
-    };
-    std::vector<int64_t> lead(nq - 1);
+    const int64_t nb = ProductOf(pc.batch);
+    if (nb * pc.P * pc.M == 0 || pc.R == 0 || p == 0) return {ir::Full(0, ir::Shape(t, pc.Dims({pc.P, pc.M})))};
+    if (nb * pc.P * pc.R * pc.M > (int64_t{1} << 24)) throw NotLowered{};
+    std::vector<int64_t> lead(quad.size() - 1);
     std::iota(lead.begin(), lead.end(), 0);
-    Value d = Bin(Op::kSub, spread(x1, P, nq - 2), spread(x2, R, nq - 3));
     Value gq = ir::BroadcastInDim(g, quad, lead), dq = ir::BroadcastInDim(dist, quad, lead);
-    Value term = PNormGradTerm(d, gq, dq, p, t);
-    return {ir::Reduce(ir::ReduceKind::kSum, term, {static_cast<int64_t>(nq - 2)})};
+    Value term = PNormGradTerm(pc.Diffs(x1, x2), gq, dq, p, t);
+    return {ir::Reduce(ir::ReduceKind::kSum, term, {static_cast<int64_t>(quad.size()) - 2})};
   }});
   // pdist: the distances of the K = N(N-1)/2 row pairs i < j of x [N, M], in row-major pair order.
   // Pair k's rows from iotas: i = #{r >= 1 : start(r) <= k} with start(r) = r(2N - r - 1)/2, and
