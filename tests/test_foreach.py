@@ -176,3 +176,122 @@ def test_foreach_optimizers_match_eager(opt):
         return [p.detach().cpu() for p in m.parameters()]
     for p, q in zip(run(D), run("cpu")):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+# ---- the in-place foreach Functionalize kernel (csrc/bridge/functionalize.cc): the meta replay is
+# skipped for a call whose metadata passed before; everything else is the generated kernel's.
+
+def test_inplace_errors_come_back_every_call():
+    ints = _x(_lists(torch.int64))
+    for _ in range(3):  # a refused call is never remembered
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            torch._foreach_add_(ints, 0.5)
+    a, b = _x(_lists()), _x(_lists(n=2))
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="same number of"):
+            torch._foreach_add_(a, b)
+    # a broadcast that would resize self: eager refuses the in-place op, every time
+    small, big = [torch.ones(3).to(D)], [torch.ones(2, 3).to(D)]
+    ok = [torch.ones(2, 3).to(D)]
+    torch._foreach_add_(ok, small)  # accepted and remembered
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            torch._foreach_add_(small, big)
+    with pytest.raises(RuntimeError):
+        torch._foreach_add_([torch.ones(3)], [torch.ones(2, 3)])  # eager's refusal too
+    torch.testing.assert_close(ok[0].cpu(), torch.full((2, 3), 2.0))
+
+
+def test_inplace_same_metadata_then_another_dtype():
+    a = _lists()
+    xa = _x(a)
+    for k in range(3):
+        torch._foreach_mul_(xa, 0.5)
+        torch._foreach_mul_(a, 0.5)
+    _same(xa, a)
+    # the same shapes in float64 promote differently with an int list argument: a new key
+    d = [t.double() for t in _lists()]
+    xd = _x(d)
+    ints = _lists(torch.int64)
+    torch._foreach_add_(xd, _x(ints))
+    torch._foreach_add_(d, ints)
+    _same(xd, d)
+    assert xd[0].dtype == torch.float64
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch._foreach_add_(_x(ints), xd)  # int self, float64 other: refused
+
+
+def test_inplace_on_parameters_and_their_aliases():
+    base = [torch.randn(4, 3), torch.randn(5)]
+    xb = _x(base)
+    ps = [torch.nn.Parameter(t) for t in xb]  # detach views of xb
+    with torch.no_grad():
+        for _ in range(2):
+            torch._foreach_mul_(ps, 2.0)
+            torch._foreach_addcdiv_(ps, xb, [t.abs() + 1 for t in xb], value=0.1)
+    want = [t.clone() for t in base]
+    for _ in range(2):
+        torch._foreach_mul_(want, 2.0)
+        torch._foreach_addcdiv_(want, want, [t.abs() + 1 for t in want], value=0.1)
+    _same(ps, want)
+    _same(xb, want)  # the base sees every write through its parameter
+    torch.testing.assert_close(ps[0].cpu().stride(), (3, 1))
+
+
+def test_inplace_non_dense_and_overlapping_self():
+    # a transposed self keeps eager's values; an expanded (overlapping) self is refused as in eager
+    t = torch.randn(3, 4)
+    xt = t.to(D)
+    v, xv = t.t(), xt.t()
+    torch._foreach_add_([v], [torch.ones(4, 3)])
+    torch._foreach_add_([xv], [torch.ones(4, 3).to(D)])
+    torch.testing.assert_close(xt.cpu(), t)
+    e_cpu, e_xla = torch.zeros(1, 3).expand(2, 3), torch.zeros(1, 3).to(D).expand(2, 3)
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch._foreach_add_([e_cpu], 1.0)
+    for _ in range(2):
+        with pytest.raises(RuntimeError) as xla_err:
+            torch._foreach_add_([e_xla], 1.0)
+    assert "memory location" in str(cpu_err.value) and "memory location" in str(xla_err.value)
+
+
+def test_inplace_foreach_kernel_off_gives_the_same(tmp_path):
+    import subprocess, sys, textwrap
+    code = textwrap.dedent("""
+        import torch, torch_xla
+        D = torch_xla.device()
+        g = torch.Generator().manual_seed(0)
+        ps = [torch.nn.Parameter(torch.randn(4, 3, generator=g).to(D)) for _ in range(3)]
+        st = [torch.zeros(4, 3).to(D) for _ in range(3)]
+        with torch.no_grad():
+            for i in range(3):
+                torch._foreach_lerp_(st, ps, 0.1)
+                torch._foreach_mul_(ps, 0.99)
+                torch._foreach_addcdiv_(ps, st, [s.abs() + 1 for s in st], value=-0.01)
+        torch_xla.sync()
+        print(repr([p.cpu().tolist() for p in ps]))
+    """)
+    outs = []
+    for env in ("1", "0"):
+        import os
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "TXLA_FOREACH_FUNCTIONALIZE": env}, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(r.stdout.strip().splitlines()[-1])
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_lerp_number_weight_bit_equal(dtype):
+    # lerp with a number weight picks eager's branch (|w| < 0.5) on the host: bit-equal to eager
+    g = torch.Generator().manual_seed(1)
+    a, b = (torch.randn(500, generator=g) * 10).to(dtype), (torch.randn(500, generator=g) * 10).to(dtype)
+    for w in (-0.7, 0.3, 0.49999997, 0.5, 0.75, 1.5, 1 / 3, float("nan")):
+        want = torch.lerp(a, b, w)
+        got = torch.lerp(a.to(D), b.to(D), w).cpu()
+        assert torch.equal(want.nan_to_num(), got.nan_to_num()), (dtype, w)
+        assert torch.equal(want.isnan(), got.isnan())
+        want_l = torch._foreach_lerp([a, b], [b, a], w)
+        got_l = torch._foreach_lerp([a.to(D), b.to(D)], [b.to(D), a.to(D)], w)
+        for x, y in zip(got_l, want_l):
+            assert torch.equal(x.cpu().nan_to_num(), y.nan_to_num()), (dtype, w)

@@ -544,6 +544,7 @@ class RowKernel : public c10::OperatorKernel {
                   "unsupported operation: more than one element of the written-to tensor refers to a single memory "
                   "location. Please clone() the tensor before performing the operation.");
     }
+    if (shares_input_ && FastAlias(ivs, stack)) return;
     ops::OpArgs args;
     args.op_name = op_name_;
     args.args.resize(n);
@@ -602,6 +603,7 @@ class RowKernel : public c10::OperatorKernel {
       const auto& ret = rets[r];
       if (ret.type()->kind() == c10::TypeKind::ListType) {
         c10::List<at::Tensor> list;
+        list.reserve(outs.size() > r ? outs.size() - r : 0);
         for (size_t k = r; k < outs.size(); ++k) list.push_back(Wrap(outs[k], device));
         results.emplace_back(std::move(list));
         break;
@@ -637,6 +639,28 @@ class RowKernel : public c10::OperatorKernel {
       RunNow(written);
     }
     for (auto& v : results) stack->push_back(std::move(v));
+  }
+
+  // alias_copy / detach_copy of one of our tensors (functionalization regenerates every view of
+  // a mutated base with them: a parameter is a detach view, so twice per parameter per in-place
+  // op): the result shares the lazy tensor and takes the input's layout, which is what the general
+  // path computes (the row's identity, then the view op replayed on a meta tensor), without the
+  // argument conversion and the meta replay. Eager mode takes the general path (it materializes).
+  bool FastAlias(c10::ArrayRef<c10::IValue> ivs, torch::jit::Stack* stack) const {
+    if (ivs.size() != 1 || !ivs[0].isTensor() || (graph::EagerMode() && !graph::InCompiledRegion())) return false;
+    const at::Tensor& in = ivs[0].toTensor();
+    auto x = TryGetXla(in);
+    if (!x || in.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+    at::Tensor out(c10::make_intrusive<XLATensorImpl>(x));
+    if (out.sizes().equals(in.sizes())) {
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(in.sizes(), in.strides(), in.storage_offset());
+    }
+    std::vector<c10::IValue> results{out};
+    KeepNormal(results);
+    ApplyInplaceResultLayout(results);
+    torch::jit::drop(*stack, ivs.size());
+    stack->push_back(std::move(results[0]));
+    return true;
   }
 
   static void KeepNormal(const std::vector<c10::IValue>& results) {
@@ -763,8 +787,8 @@ class RowKernel : public c10::OperatorKernel {
       if (classes_[i] == ArgClass::kTensor && v.isTensor()) {
         if (auto x = TryGetXla(v.toTensor())) return x->device();
       } else if (classes_[i] == ArgClass::kTensorList && v.isTensorList()) {
-        for (const at::Tensor& t : v.toTensorList().vec()) {
-          if (auto x = TryGetXla(t)) return x->device();
+        for (const c10::IValue& e : v.toListRef()) {
+          if (auto x = TryGetXla(e.toTensor())) return x->device();
         }
       }
     }
@@ -831,7 +855,11 @@ class RowKernel : public c10::OperatorKernel {
         return;
       case ArgClass::kTensorList:
         out->kind = ops::Arg::kTensorList;
-        for (const at::Tensor& t : v.toTensorList().vec()) out->tl.push_back(TensorArgOf(t, device));
+        {
+          c10::ArrayRef<c10::IValue> l = v.toListRef();
+          out->tl.reserve(l.size());
+          for (const c10::IValue& e : l) out->tl.push_back(TensorArgOf(e.toTensor(), device));
+        }
         return;
       case ArgClass::kOptTensorList:
         out->kind = ops::Arg::kOptTensorList;
@@ -864,8 +892,8 @@ class RowKernel : public c10::OperatorKernel {
   bool ForeachNeedsPerTensorKernel(c10::ArrayRef<c10::IValue> ivs, int device) const {
     for (size_t i = 0; i < ivs.size(); ++i) {
       if (classes_[i] != ArgClass::kTensorList || !ivs[i].isTensorList()) continue;
-      for (const at::Tensor& t : ivs[i].toTensorList().vec()) {
-        auto x = TryGetXla(t);
+      for (const c10::IValue& e : ivs[i].toListRef()) {
+        auto x = TryGetXla(e.toTensor());
         if (!x || x->device() != device) return true;
       }
     }

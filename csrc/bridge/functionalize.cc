@@ -17,6 +17,7 @@
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/copy_ops.h>
+#include <ATen/ops/empty_strided_native.h>
 #include <ATen/ops/polygamma_ops.h>
 #include <ATen/ops/_amp_update_scale_ops.h>
 #include <ATen/ops/_batch_norm_with_update_ops.h>
@@ -753,6 +754,169 @@ struct InplaceMeta : c10::OperatorKernel {
   bool check_fill_value_;
 };
 
+// ---- In-place foreach ops (`_foreach_mul_`, `_foreach_addcdiv_`, ...: what the foreach optimizers
+// call, several per step on every parameter or state tensor). torch's generated Functionalize kernel
+// first replays the call on meta copies of every tensor (to raise eager's shape and dtype errors),
+// then runs the functional twin (`_foreach_mul`) on the unwrapped values and makes its results the
+// tensors' new values. The replay is ~25% of such a call on our tensors (a meta tensor per element,
+// TensorIterator per element) and is a pure function of the call's metadata (see EncodeMetaCall):
+// this kernel does what the generated one does, and skips the replay for a call whose key passed
+// before (refused calls are never cached, so every error comes back). Written tensors that are not
+// dense replay every time (their overlap checks happen in the replay).
+namespace {
+
+struct ForeachInplaceFunctionalize : c10::OperatorKernel {
+  explicit ForeachInplaceFunctionalize(c10::OperatorHandle functional) : functional_(std::move(functional)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    auto ivs = torch::jit::last(*stack, n);
+    MetaCheck(op, ivs);
+    // Unwrap (after syncing) every functional tensor, as the generated kernel does.
+    bool self_functional = fimpl::isFunctionalTensor(ivs[0].toTensorList());
+    bool other_functional = false;
+    torch::jit::Stack st;
+    st.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const c10::IValue& v = ivs[i];
+      if (v.isTensorList()) {
+        c10::ArrayRef<c10::IValue> l = v.toListRef();
+        c10::List<at::Tensor> out;
+        out.reserve(l.size());
+        for (const c10::IValue& e : l) out.push_back(Unwrap(e.toTensor(), i > 0 ? &other_functional : nullptr));
+        st.emplace_back(std::move(out));
+      } else if (v.isTensor()) {
+        st.emplace_back(Unwrap(v.toTensor(), &other_functional));
+      } else {
+        st.push_back(v);
+      }
+    }
+    if (!self_functional) {
+      TORCH_INTERNAL_ASSERT(!other_functional,
+                            "mutating a non-functional tensor with a functional tensor is not allowed. Please "
+                            "ensure that all of your inputs are wrapped inside of a functionalize() call.");
+      at::AutoDispatchSkipFunctionalize guard;
+      op.callBoxed(stack);
+      return;
+    }
+    {
+      at::AutoDispatchSkipFunctionalize guard;
+      functional_.callBoxed(st);
+    }
+    TORCH_INTERNAL_ASSERT(st.size() == 1 && st[0].isTensorList(), op.schema().name(), ": unexpected results");
+    std::vector<at::Tensor> results = st[0].toTensorVector();
+    std::vector<at::Tensor> self = ivs[0].toTensorVector();
+    // (The generated kernel also calls propagate_xla_data here: a no-op for a backend that does
+    // not register _propagate_xla_data, as ours does not.)
+    fimpl::replace_(self, results);
+    fimpl::commit_update(self);
+    fimpl::sync(self);
+    torch::jit::drop(*stack, n);
+  }
+
+ private:
+  static at::Tensor Unwrap(const at::Tensor& t, bool* functional) {
+    if (!t.defined() || !fimpl::isFunctionalTensor(t)) return t;
+    if (functional) *functional = true;
+    fimpl::sync(t);
+    return fimpl::from_functional_tensor(t);
+  }
+
+  // The generated kernel's replay on meta tensors, or nothing for a call whose key passed before.
+  void MetaCheck(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ivs) {
+    static thread_local std::vector<int64_t> key;
+    bool cacheable = InplaceMetaCacheOn() && DenseWrites(ivs[0]) && EncodeMetaCall(ivs, key);
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (passed_.count(key)) return;
+    }
+    torch::jit::Stack st;
+    st.reserve(ivs.size());
+    for (const c10::IValue& v : ivs) {
+      if (v.isTensorList()) {
+        c10::List<at::Tensor> out;
+        for (const c10::IValue& e : v.toListRef()) out.push_back(ToMeta(e.toTensor()));
+        st.emplace_back(std::move(out));
+      } else if (v.isTensor()) {
+        st.emplace_back(ToMeta(v.toTensor()));
+      } else {
+        st.push_back(v);
+      }
+    }
+    {
+      at::AutoDispatchSkipFunctionalize func_guard;
+      c10::impl::ExcludeDispatchKeyGuard guard(
+          c10::functorch_transforms_ks |
+          c10::DispatchKeySet({c10::DispatchKey::FuncTorchDynamicLayerBackMode,
+                               c10::DispatchKey::FuncTorchDynamicLayerFrontMode, c10::DispatchKey::Python,
+                               c10::DispatchKey::PreDispatch}));
+      op.callBoxed(st);
+    }
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (passed_.size() >= 4096) passed_.clear();  // bounded: a program of ever-new shapes
+      passed_.insert(key);
+    }
+  }
+
+  static at::Tensor ToMeta(const at::Tensor& t) {  // what the generated kernel's to_meta makes
+    if (!t.defined()) return t;
+    at::Tensor m = at::native::empty_strided_meta_symint(t.sym_sizes(), t.sym_strides(), t.scalar_type(), t.layout(),
+                                                         c10::Device(c10::kMeta), std::nullopt);
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) m.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return m;
+  }
+
+  // Every written tensor is dense and free of overlap (the per-element overlap checks pass).
+  static bool DenseWrites(const c10::IValue& self) {
+    if (!self.isTensorList()) return false;
+    for (const c10::IValue& e : self.toListRef()) {
+      const at::Tensor& t = e.toTensor();
+      if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() || !t.is_non_overlapping_and_dense()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  c10::OperatorHandle functional_;
+  std::mutex mu_;
+  std::unordered_set<std::vector<int64_t>, MetaKeyHash> passed_;
+};
+
+// Every `_foreach_X_.overload(Tensor(a!)[] self, ...) -> ()` whose twin `_foreach_X.overload` has
+// the same arguments and returns a tensor list.
+void RegisterForeachInplaceFunctionalize(torch::Library& fn) {
+  const char* env = std::getenv("TXLA_FOREACH_FUNCTIONALIZE");
+  if (env && std::string(env) == "0") return;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    const std::string& full = name.name;
+    if (full.rfind("aten::_foreach_", 0) != 0 || full.back() != '_') continue;
+    auto inplace = dispatcher.findOp(name);
+    auto functional = dispatcher.findOp({full.substr(0, full.size() - 1), name.overload_name});
+    if (!inplace || !functional) continue;
+    const auto& a = inplace->schema().arguments();
+    const auto& b = functional->schema().arguments();
+    if (a.empty() || a.size() != b.size() || !inplace->schema().returns().empty() ||
+        functional->schema().returns().size() != 1 ||
+        functional->schema().returns()[0].type()->str() != "Tensor[]" || a[0].type()->str() != "Tensor[]" ||
+        !a[0].alias_info() || !a[0].alias_info()->isWrite()) {
+      continue;
+    }
+    bool same = true;
+    for (size_t i = 0; i < a.size() && same; ++i) {
+      same = a[i].name() == b[i].name() && a[i].type()->str() == b[i].type()->str() &&
+             (i == 0 || !a[i].alias_info() || !a[i].alias_info()->isWrite());
+    }
+    if (!same) continue;
+    std::string key = full.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    fn.impl(key.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ForeachInplaceFunctionalize>(*functional)));
+  }
+}
+
+}  // namespace
+
 void RegisterInplaceMetaChecks(torch::Library& meta, const std::set<std::string>& skip) {
   auto& dispatcher = c10::Dispatcher::singleton();
   // Ops whose eager kernels allow writing into overlapping memory (each write's value does not
@@ -1056,6 +1220,7 @@ void RegisterFunctionalizationFixes(const std::set<std::string>& cpp_meta_ops) {
   RegisterOutFromFirstResult(*fn);
   RegisterCopyOfViewKernels(*fn);
   RegisterCompositesBelowAutograd(*fn);
+  RegisterForeachInplaceFunctionalize(*fn);
   const char* env = std::getenv("TXLA_INPLACE_META_CHECKS");
   if (env && std::string(env) == "0") return;
   static torch::Library* meta =

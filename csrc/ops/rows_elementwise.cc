@@ -613,7 +613,32 @@ void AddElementwiseRows(std::vector<OpRow>& rows) {
   }});
   rows.push_back({"lerp.Scalar", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1)}), ct = OpMath(t);
-    return {Cast(Lerp(ToOpMath(a.V(0), t), ToOpMath(a.V(1), t), ScalarV(a.S(2), ct, a.device)), t)};
+    const Scalar& w = a.S(2);
+    if ((ct == DType::kF32 || ct == DType::kF64) && w.kind != Scalar::kComplex) {
+      // A number weight: eager's branch (|w| < 0.5) is known here, and so is w - 1 (computed in
+      // the weight's compute type, as eager's kernel does): the formula of Lerp above with the
+      // select decided on the host, half the nodes (the optimizers' lerp_ of every state tensor).
+      Value x = ToOpMath(a.V(0), t), e = ToOpMath(a.V(1), t);
+      auto dims = BroadcastShapes(x.dims(), e.dims());
+      Value xb = BroadcastTo(x, dims), eb = BroadcastTo(e, dims);
+      Value diff = ir::Binary(Op::kSub, eb, xb);
+      Value r;
+      if (ct == DType::kF32) {
+        float wf = static_cast<float>(w.AsDouble());
+        bool small = std::fabs(wf) < 0.5f;
+        Value coef = BroadcastTo(ScalarV(small ? wf : wf - 1.0f, ct, a.device), dims);
+        r = FusedMulAddF32(coef, diff, small ? xb : eb);
+      } else {
+        double wd = w.AsDouble();
+        if (std::fabs(wd) < 0.5) {
+          r = ir::Binary(Op::kAdd, xb, ir::Binary(Op::kMul, BroadcastTo(ScalarV(wd, ct, a.device), dims), diff));
+        } else {
+          r = ir::Binary(Op::kSub, eb, ir::Binary(Op::kMul, diff, BroadcastTo(ScalarV(1.0 - wd, ct, a.device), dims)));
+        }
+      }
+      return {Cast(r, t)};
+    }
+    return {Cast(Lerp(ToOpMath(a.V(0), t), ToOpMath(a.V(1), t), ScalarV(w, ct, a.device)), t)};
   }});
   rows.push_back({"lerp.Tensor", [](OpArgs& a) -> V {
     DType t = ResultType({&a.T(0), &a.T(1), &a.T(2)});
