@@ -495,6 +495,58 @@ std::vector<int64_t> ToInts(const c10::IValue& v) {
   return out;
 }
 
+// A traced op's converted arguments, from a per-thread pool: an op's `std::vector<ops::Arg>` is
+// ~230 bytes per argument, so an op of five or more arguments asked glibc for a "large" (>= 1 KiB)
+// block at every call, and such a request first consolidates every small block freed since (after
+// a sync, the previous step's whole IR graph: ~0.8 ms in the GPT-2-style step's first op). Pooled
+// argument vectors keep their capacity; every argument is reset (and its values released) when the
+// op returns. Nested ops (a fallback, a row that dispatches) take the next pool entry.
+struct PooledArgs {
+  explicit PooledArgs(size_t n) : args(Take()) {
+    if (args.args.size() < n) args.args.resize(n);
+    else args.args.erase(args.args.begin() + static_cast<std::ptrdiff_t>(n), args.args.end());
+  }
+  ~PooledArgs() {
+    for (ops::Arg& a : args.args) Reset(a);
+    args.writebacks.clear();
+    args.keep_checks = false;
+    args.device = 0;
+    args.op_name = {};
+    auto& pool = Pool();
+    if (pool.size() < 16) pool.push_back(std::move(args));
+  }
+  PooledArgs(const PooledArgs&) = delete;
+  PooledArgs& operator=(const PooledArgs&) = delete;
+
+  ops::OpArgs args;
+
+ private:
+  static std::vector<ops::OpArgs>& Pool() {
+    static thread_local std::vector<ops::OpArgs> pool;
+    return pool;
+  }
+  static ops::OpArgs Take() {
+    auto& pool = Pool();
+    if (pool.empty()) return ops::OpArgs();
+    ops::OpArgs a = std::move(pool.back());
+    pool.pop_back();
+    return a;
+  }
+  static void Reset(ops::Arg& a) {  // a default Arg, keeping the containers' capacity
+    a.kind = ops::Arg::kNone;
+    a.t = ops::TensorArg();
+    a.tl.clear();
+    a.i = 0;
+    a.f = 0;
+    a.b = false;
+    a.il.clear();
+    a.s = ops::Scalar();
+    a.sl.clear();
+    a.str.clear();
+    a.dtype = ops::DType::kF32;
+  }
+};
+
 class RowKernel : public c10::OperatorKernel {
  public:
   explicit RowKernel(const ops::OpRow* row)
@@ -545,9 +597,9 @@ class RowKernel : public c10::OperatorKernel {
                   "location. Please clone() the tensor before performing the operation.");
     }
     if (shares_input_ && FastAlias(ivs, stack)) return;
-    ops::OpArgs args;
+    PooledArgs pooled(n);
+    ops::OpArgs& args = pooled.args;
     args.op_name = op_name_;
-    args.args.resize(n);
     int device = FindDevice(ivs);
     if (foreach_ && ForeachNeedsPerTensorKernel(ivs, device)) {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
