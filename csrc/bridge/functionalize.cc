@@ -830,19 +830,8 @@ struct ForeachInplaceFunctionalize : c10::OperatorKernel {
       std::lock_guard<std::mutex> lock(mu_);
       if (passed_.count(key)) return;
     }
-    torch::jit::Stack st;
-    st.reserve(ivs.size());
-    for (const c10::IValue& v : ivs) {
-      if (v.isTensorList()) {
-        c10::List<at::Tensor> out;
-        for (const c10::IValue& e : v.toListRef()) out.push_back(ToMeta(e.toTensor()));
-        st.emplace_back(std::move(out));
-      } else if (v.isTensor()) {
-        st.emplace_back(ToMeta(v.toTensor()));
-      } else {
-        st.push_back(v);
-      }
-    }
+    torch::jit::Stack st(ivs.begin(), ivs.end());
+    MapStackTensors(&st, 0, ToMeta);
     {
       at::AutoDispatchSkipFunctionalize func_guard;
       c10::impl::ExcludeDispatchKeyGuard guard(
