@@ -228,22 +228,90 @@ def test_inplace_meta_cache_keeps_every_refusal():
     torch.testing.assert_close(f.cpu(), torch.full((4,), 0.5))
 
 
-def test_inplace_meta_cache_off_matches(tmp_path):
-    """TXLA_INPLACE_META_CACHE=0 runs the meta kernel every call; values are the same."""
+def _last_lines_with_switch(code, var):
+    """The last stdout line of `code` run in a fresh process with var=0 and with var=1."""
+    import os
     import subprocess
     import sys
+    outs = []
+    for v in ("0", "1"):
+        env = dict(os.environ, **{var: v})
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(r.stdout.strip().splitlines()[-1])
+    return outs
+
+
+def test_inplace_meta_cache_off_matches(tmp_path):
+    """TXLA_INPLACE_META_CACHE=0 runs the meta kernel every call; values are the same."""
     code = ("import torch, torch_xla\n"
             "x = torch.arange(-3., 3.).to(torch_xla.device())\n"
             "for _ in range(3): x.relu_(); x.sub_(0.5); x.clamp_(-1, 2)\n"
             "print(x.cpu().tolist())\n")
-    outs = []
-    for v in ("0", "1"):
-        import os
-        env = dict(os.environ, TXLA_INPLACE_META_CACHE=v)
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs.append(r.stdout.strip().splitlines()[-1])
+    outs = _last_lines_with_switch(code, "TXLA_INPLACE_META_CACHE")
     x = torch.arange(-3., 3.)
     for _ in range(3):
         x.relu_(); x.sub_(0.5); x.clamp_(-1, 2)
     assert outs[0] == outs[1] == str(x.tolist())
+
+
+def _mlp_step_on(dev, seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to(dev)
+    x = torch.randn(5, 8).to(dev)
+    loss = m(x).square().mean()
+    loss.backward()
+    return loss, [p.grad for p in m.parameters()]
+
+
+def test_block_cache_blocks_cross_threads_and_outlive_their_thread():
+    """IR nodes, tensor records and tensor impls come from per-thread block caches
+    (util/block_cache.h): tensors traced on a thread that has exited, freed on another thread, and
+    graphs built from both stay correct."""
+    import threading
+    dev = torch_xla.device()
+    want_loss, want_grads = _mlp_step_on("cpu")
+    made = []
+
+    def worker():
+        made.append(_mlp_step_on(dev))  # traced (not synced) on this thread, which then exits
+
+    for _ in range(3):
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    # The main thread syncs, reads and frees what the exited threads built.
+    for loss, grads in made:
+        torch.testing.assert_close(loss.cpu(), want_loss)
+        for g, w in zip(grads, want_grads):
+            torch.testing.assert_close(g.cpu(), w)
+    made.clear()
+    # And the other way round: built here, freed on a worker thread after use there.
+    loss, grads = _mlp_step_on(dev)
+    box = [loss, grads]
+
+    def consume():
+        torch.testing.assert_close(box[0].cpu(), want_loss)
+        box.clear()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    t.join()
+    assert not box
+    loss, grads = _mlp_step_on(dev)  # blocks reused after all that
+    torch.testing.assert_close(loss.cpu(), want_loss)
+
+
+def test_block_cache_off_matches():
+    """TXLA_BLOCK_CACHE=0 allocates every block with ::operator new; the same values."""
+    code = ("import torch, torch_xla\n"
+            "torch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))"
+            ".to(torch_xla.device())\n"
+            "opt = torch.optim.AdamW(m.parameters(), foreach=True)\n"
+            "x = torch.randn(5, 8).to(torch_xla.device())\n"
+            "for _ in range(3):\n"
+            "    opt.zero_grad(); m(x).square().mean().backward(); opt.step(); torch_xla.sync()\n"
+            "print([round(v, 6) for v in m[0].weight.cpu().flatten()[:6].tolist()])\n")
+    outs = _last_lines_with_switch(code, "TXLA_BLOCK_CACHE")
+    assert outs[0] == outs[1]

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "graph/graph.h"
+#include "util/block_cache.h"
 
 namespace txla::bridge {
 
@@ -17,6 +18,18 @@ class XLATensorImpl : public c10::TensorImpl {
   // Leaks the lazy tensor once the process is exiting (graph::ProcessExiting): torch's static
   // caches (autocast's cast cache) free their tensors after our statics are gone.
   ~XLATensorImpl() override;
+  // Tensor impls come and go with every traced op: their blocks are cached per thread (see
+  // util/block_cache.h) instead of going through glibc's bins each time.
+  static void* operator new(size_t n) {
+    return n == sizeof(XLATensorImpl) ? util::BlockCache<sizeof(XLATensorImpl)>::Get() : ::operator new(n);
+  }
+  static void operator delete(void* p, size_t n) noexcept {
+    if (n == sizeof(XLATensorImpl)) {
+      util::BlockCache<sizeof(XLATensorImpl)>::Put(p);
+    } else {
+      ::operator delete(p);
+    }
+  }
   const graph::TensorPtr& tensor() const { return tensor_; }
   void set_tensor(graph::TensorPtr t);  // also refreshes sizes
 

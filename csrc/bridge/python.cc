@@ -18,6 +18,7 @@
 #include "ops/op_table.h"
 #include "util/host_pool.h"
 #include "util/metrics.h"
+#include "util/block_cache.h"
 
 namespace py = pybind11;
 using namespace txla;
@@ -97,7 +98,7 @@ py::tuple ExportStableHlo(const std::vector<at::Tensor>& outputs, const std::vec
       by_input[it->second] = n;
     } else {
       extra.push_back(n);
-      auto t = std::make_shared<graph::TensorData>(n->data->shape, n->data->device);
+      auto t = util::MakeCachedShared<graph::TensorData>(n->data->shape, n->data->device);
       t->SetData(n->data);
       extra_tensors.append(bridge::MakeXla(t));
     }
@@ -150,7 +151,7 @@ std::vector<at::Tensor> RunStableHlo(const std::string& text, const std::vector<
   std::vector<at::Tensor> out;
   for (auto& b : results) {
     ir::Shape shape(b.Type(), b.Dims());
-    auto t = std::make_shared<graph::TensorData>(shape, device);
+    auto t = util::MakeCachedShared<graph::TensorData>(shape, device);
     t->SetData(std::make_shared<ir::DeviceData>(std::move(b), shape, device));
     out.push_back(bridge::MakeXla(t));
   }

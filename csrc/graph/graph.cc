@@ -23,6 +23,7 @@
 #include "util/half.h"
 #include "util/ptr_index.h"
 #include "util/metrics.h"
+#include "util/block_cache.h"
 
 namespace txla::graph {
 
@@ -134,7 +135,7 @@ std::vector<TensorPtr> LiveTensors() {
 }
 
 TensorPtr TensorFromValue(Value v, int device) {
-  auto t = std::make_shared<TensorData>(v.shape(), device);
+  auto t = util::MakeCachedShared<TensorData>(v.shape(), device);
   t->SetPending(std::move(v));
   return Register(std::move(t));
 }
@@ -338,7 +339,7 @@ TensorPtr FromUploaded(ir::DeviceDataPtr d, const ir::Shape& shape, int device) 
   size_t bytes = static_cast<size_t>(shape.numel()) * runtime::ElementSize(shape.dtype);
   metrics::AddSample("InboundData", static_cast<double>(bytes), metrics::Unit::kBytes);
   TXLA_COUNTER_ADD("CreateDataHandles", 1);
-  auto t = std::make_shared<TensorData>(shape, device);
+  auto t = util::MakeCachedShared<TensorData>(shape, device);
   {
     metrics::Timer wrap("WrapXlaData");
     t->SetData(std::move(d));
@@ -1495,7 +1496,7 @@ std::string CompileReport() {
 namespace txla::graph {
 
 TensorPtr TensorFromData(ir::DeviceDataPtr data) {
-  auto t = std::make_shared<TensorData>(data->shape, data->device);
+  auto t = util::MakeCachedShared<TensorData>(data->shape, data->device);
   t->SetData(std::move(data));
   return Register(std::move(t));
 }

@@ -3,6 +3,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include "util/block_cache.h"
 
 namespace txla::ir {
 
@@ -35,7 +36,7 @@ class Closer {
     for (size_t i = 0; i < shapes.size(); ++i) {
       Attrs a;
       a.n = static_cast<int64_t>(i);
-      region->params.push_back(std::make_shared<Node>(Op::kParameter, std::vector<Value>{}, std::vector<Shape>{shapes[i]}, a));
+      region->params.push_back(util::MakeCachedShared<Node>(Op::kParameter, std::vector<Value>{}, std::vector<Shape>{shapes[i]}, a));
     }
     region_ = region.get();
     clones_.clear();
@@ -103,7 +104,7 @@ class Closer {
     if (it == clones_.end()) {
       std::vector<Value> ops;
       for (const Value& o : n->operands) ops.push_back(Clone(o));
-      auto c = std::make_shared<Node>(n->op, std::move(ops), n->shapes, n->attrs, n->data);
+      auto c = util::MakeCachedShared<Node>(n->op, std::move(ops), n->shapes, n->attrs, n->data);
       c->regions = n->regions;
       c->scope = n->scope;
       it = clones_.emplace(n, c).first;
@@ -149,7 +150,7 @@ std::vector<Shape> Region::ParamShapes() const {
 Value Parameter(int64_t index, const Shape& shape) {
   Attrs a;
   a.n = index;
-  return Value(std::make_shared<Node>(Op::kParameter, std::vector<Value>{}, std::vector<Shape>{shape}, a), 0);
+  return Value(util::MakeCachedShared<Node>(Op::kParameter, std::vector<Value>{}, std::vector<Shape>{shape}, a), 0);
 }
 
 std::vector<const Node*> RegionPostOrder(const Region& r) {
@@ -221,7 +222,7 @@ std::vector<Value> While(const std::vector<Value>& init, const std::vector<Value
   a.ints = {{static_cast<int64_t>(n)},
             {static_cast<int64_t>(cond->hash.lo), static_cast<int64_t>(cond->hash.hi),
              static_cast<int64_t>(body->hash.lo), static_cast<int64_t>(body->hash.hi)}};
-  auto node = std::make_shared<Node>(Op::kWhile, operands, shapes, a);
+  auto node = util::MakeCachedShared<Node>(Op::kWhile, operands, shapes, a);
   node->regions = {cond, body};
   std::vector<Value> out;
   for (size_t i = 0; i < n; ++i) out.emplace_back(node, static_cast<int>(i));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include "util/block_cache.h"
 
 namespace txla::ir {
 
@@ -125,11 +126,11 @@ Value Make(Op op, std::vector<Value> operands, Shape shape, Attrs attrs = {}) {
   std::vector<Shape> shapes;  // not `shapes{std::move(shape)}`: an initializer list copies its elements
   shapes.reserve(1);
   shapes.push_back(std::move(shape));
-  return Value(std::make_shared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs)), 0);
+  return Value(util::MakeCachedShared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs)), 0);
 }
 
 NodePtr MakeMulti(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs = {}) {
-  return std::make_shared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs));
+  return util::MakeCachedShared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs));
 }
 
 [[noreturn]] void Fail(const std::string& what) { throw ShapeError(what); }
@@ -167,7 +168,7 @@ Value MakeDeviceData(DeviceDataPtr data) {
   shapes.push_back(data->shape);
   Attrs a;
   a.n = data->device;
-  return Value(std::make_shared<Node>(Op::kDeviceData, std::vector<Value>{}, std::move(shapes), std::move(a), std::move(data)), 0);
+  return Value(util::MakeCachedShared<Node>(Op::kDeviceData, std::vector<Value>{}, std::move(shapes), std::move(a), std::move(data)), 0);
 }
 
 namespace {
