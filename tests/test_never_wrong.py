@@ -2572,6 +2572,22 @@ def test_abs_compared_with_zero_keeps_nan():
             assert torch.equal(f(x.to(dt)), f(x.to(dt).to(DEV)).cpu()), dt
 
 
+def test_half_products_round_before_the_next_add_as_eager():
+    """float16/bfloat16 `a * b + c` over two ops rounds the product to the 16-bit dtype first, as
+    eager's two kernels: on CPUs with native float16 arithmetic (AVX512-FP16) LLVM narrowed our
+    float32 ops between converts to half ops and fused the multiply into the add (one rounding);
+    add with an alpha's scalar tail (1-element tensors) likewise."""
+    g = torch.Generator().manual_seed(1)
+    for dt in (torch.float16, torch.bfloat16):
+        for n in (1, 31, 1000):
+            a, b, c = [torch.randn(n, generator=g).to(dt) for _ in range(3)]
+            for f in (lambda a, b, c: a * b + c, lambda a, b, c: c - a * b, lambda a, b, c: a * 0.3 + c,
+                      lambda a, b, c: (a * b).view(1, n).t() + c.view(n, 1), lambda a, b, c: torch.rsub(a, c, alpha=0.7),
+                      lambda a, b, c: torch.add(c, a * b, alpha=0.1)):
+                want, got = f(a, b, c), f(a.to(DEV), b.to(DEV), c.to(DEV)).cpu()
+                assert torch.equal(want, got), (dt, n, (want != got).sum())
+
+
 def test_chained_constants_added_round_each_step_as_eager():
     """(x + 1) - 1 (and sqrt(x) ** 2): XLA's simplifier folded the two constants into x + 0, one rounding where eager
     rounds twice (x = 1e-8 gave 1e-8 instead of 0, -0.0 stayed -0.0). Chains of additions and

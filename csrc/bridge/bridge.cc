@@ -636,9 +636,7 @@ class RowKernel : public c10::OperatorKernel {
       if (v && v.shape().numel() == 0) v = ir::Full(0, v.shape());
       else all_empty = false;
       // an op's product rounds before another op adds to it, as in eager (ir::NoContract)
-      if (ir::ContractibleProduct(v)) {
-        v = ir::NoContract(v, graph::ScalarValue(0.0, 0, v.dtype(), device, 0, /*always_data=*/true));
-      }
+      if (ir::ContractibleProduct(v)) v = ops::NoContract(v, device);
     }
     if (all_empty && !args.keep_checks) graph::DropPendingChecks(device, checks_before);
     if (all_empty && args.keep_checks && graph::PendingCheckCount(device) > checks_before) {

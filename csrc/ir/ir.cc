@@ -268,12 +268,15 @@ namespace {
 // seed 21292). Only these rare compositions pay for it (their inner value is not fused).
 bool Produces(const Value& x, Op op) { return x.node && x.node->op == op; }
 // The same, looking through reshapes, broadcasts and transposes (XLA's simplifier moves those).
-bool ProducesThroughShape(const Value& x, Op op) {
-  const Node* n = x.node.get();
+const Node* BelowShapeOps(const Node* n) {
   while (n != nullptr && (n->op == Op::kReshape || n->op == Op::kBroadcastInDim || n->op == Op::kTranspose) &&
          n->operands.size() == 1) {
     n = n->operands[0].node.get();
   }
+  return n;
+}
+bool ProducesThroughShape(const Value& x, Op op) {
+  const Node* n = BelowShapeOps(x.node.get());
   return n != nullptr && n->op == op;
 }
 // A broadcast, possibly reshaped or transposed afterwards.
@@ -388,7 +391,18 @@ Value PlusZero(const Value& r) {
 // A subtraction rather than an added -0.0: when XLA folds the product itself to the constant +0.0
 // (`zeros_like(x) * 0`), its simplifier rewrites `0.0 + p` into p, the -0.0, but leaves
 // `0.0 - p` alone. Looks through reshapes, transposes and broadcasts, which XLA fuses as well.
-bool ContractibleProduct(const Value& v) { return v && IsFloating(v.dtype()) && ProducesThroughShape(v, Op::kMul); }
+// A float16/bfloat16 result converted from a float32 product counts too: on CPUs with native
+// half-precision arithmetic (AVX512-FP16) LLVM narrows convert(f32 op of converted halves) to the
+// half op itself and then contracts the half multiply into the next half add (one rounding where
+// eager's kernels round the product to float16 first).
+bool ContractibleProduct(const Value& v) {
+  if (!v || !IsFloating(v.dtype())) return false;
+  if (ProducesThroughShape(v, Op::kMul)) return true;
+  if (v.dtype() != DType::kF16 && v.dtype() != DType::kBF16) return false;
+  const Node* n = BelowShapeOps(v.node.get());
+  return n != nullptr && n->op == Op::kConvert && n->operands.size() == 1 &&
+         ProducesThroughShape(n->operands[0], Op::kMul);
+}
 
 Value NoContract(const Value& v, const Value& zero) {
   Value z = v.rank() > 0 ? BroadcastInDim(zero, v.dims(), {}) : zero;

@@ -556,4 +556,8 @@ namespace txla::ops {
 // op for. One IR node (ir::FmaF32); the emitter writes the exact float64 computation.
 Value FusedMulAddF32(const Value& a, const Value& b, const Value& c) { return ir::FmaF32(a, b, c); }
 
+Value NoContract(const Value& v, int device) {
+  return ir::NoContract(v, graph::ScalarValue(0.0, 0, v.dtype(), device, 0, /*always_data=*/true));
+}
+
 }  // namespace txla::ops

@@ -173,5 +173,7 @@ Value EagerLoopBodyOrTail(const std::vector<int64_t>& dims, const std::vector<st
                           const Value& body, const Value& tail, int elem_bytes = 2, bool avx512_kernel = false);
 // round_f32(a * b + c) correctly rounded (a fused multiply-add), float32 operands of one shape.
 Value FusedMulAddF32(const Value& a, const Value& b, const Value& c);
+// v minus a runtime +0.0 of its dtype (ir::NoContract): v, rounded on its own before any add it feeds.
+Value NoContract(const Value& v, int device);
 
 }  // namespace txla::ops

@@ -83,7 +83,9 @@ OpFn AddSub(Op op, bool scalar_other, bool reverse) {
         // scalar); other broadcasts loop row by row: the tail's rounding, as before
         auto flat = [&](const Value& v) { return v.dims() == dims || v.shape().numel() == 1; };
         const bool same_shapes = flat(x) && flat(y);
-        Value rounded = in_t(product);
+        // the rounded product kept from a contraction into the sum (float16 arithmetic is native
+        // on AVX512-FP16 CPUs, and LLVM fuses the half multiply and add: ir::ContractibleProduct)
+        Value rounded = Cast(NoContract(Cast(product, t), a.device), ct);
         Value tail = reverse ? result(rounded, other) : result(other, rounded);
         if (!same_shapes) return {tail};
         Value body = reverse ? result(product, other) : result(other, product);
