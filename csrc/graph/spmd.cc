@@ -96,7 +96,7 @@ std::vector<runtime::Buffer> UploadShards(const void* data, runtime::ElementType
 }
 
 std::vector<int64_t> ShardDims(const ir::DeviceData& d) {
-  return d.sharding ? d.sharding->ShardDims(d.shape.dims) : d.shape.dims;
+  return d.sharding ? d.sharding->ShardDims(d.shape.dims) : std::vector<int64_t>(d.shape.dims);
 }
 
 std::vector<int64_t> ShardOffsets(const ir::DeviceData& d, int device) {
@@ -458,7 +458,7 @@ std::vector<ir::DeviceDataPtr> Execute(const runtime::Executable& exe, const std
       shards.push_back(std::move(outs[d][i]));
     }
     ir::ShardingPtr s = i < output_shardings.size() ? output_shardings[i] : nullptr;
-    std::vector<int64_t> expect = s ? s->ShardDims(roots[i].shape().dims) : roots[i].shape().dims;
+    std::vector<int64_t> expect = s ? s->ShardDims(roots[i].shape().dims) : std::vector<int64_t>(roots[i].shape().dims);
     if (!shards.empty() && shards[0].Dims() != expect) {
       throw std::runtime_error("internal: SPMD result " + std::to_string(i) + " has a shard of the wrong shape for " +
                                (s ? s->ToString() : std::string("{replicated}")));

@@ -41,7 +41,7 @@ std::string Shape::ToString() const {
   return s;
 }
 
-std::string DimsToString(const std::vector<int64_t>& dims) {
+std::string DimsToString(const Dims& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + "]";
@@ -73,7 +73,7 @@ thread_local std::string t_scope;
 void SetCurrentScope(std::string scope) { t_scope = std::move(scope); }
 const std::string& CurrentScope() { return t_scope; }
 
-Node::Node(Op op_, std::vector<Value> operands_, std::vector<Shape> shapes_, Attrs attrs_, DeviceDataPtr data_)
+Node::Node(Op op_, Operands operands_, Shapes shapes_, Attrs attrs_, DeviceDataPtr data_)
     : op(op_), operands(std::move(operands_)), shapes(std::move(shapes_)), attrs(std::move(attrs_)),
       data(std::move(data_)) {
   Hash128 h{0x1234567ULL, 0x89ABCDEFULL};
@@ -122,14 +122,13 @@ std::string Node::ToString() const {
 
 namespace {
 
-Value Make(Op op, std::vector<Value> operands, Shape shape, Attrs attrs = {}) {
-  std::vector<Shape> shapes;  // not `shapes{std::move(shape)}`: an initializer list copies its elements
-  shapes.reserve(1);
+Value Make(Op op, Operands operands, Shape shape, Attrs attrs = {}) {
+  Shapes shapes;  // not `shapes{std::move(shape)}`: an initializer list copies its elements
   shapes.push_back(std::move(shape));
   return Value(util::MakeCachedShared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs)), 0);
 }
 
-NodePtr MakeMulti(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs = {}) {
+NodePtr MakeMulti(Op op, Operands operands, Shapes shapes, Attrs attrs = {}) {
   return util::MakeCachedShared<Node>(op, std::move(operands), std::move(shapes), std::move(attrs));
 }
 
@@ -163,12 +162,11 @@ std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank) {
 }
 
 Value MakeDeviceData(DeviceDataPtr data) {
-  std::vector<Shape> shapes;
-  shapes.reserve(1);
+  Shapes shapes;
   shapes.push_back(data->shape);
   Attrs a;
   a.n = data->device;
-  return Value(util::MakeCachedShared<Node>(Op::kDeviceData, std::vector<Value>{}, std::move(shapes), std::move(a), std::move(data)), 0);
+  return Value(util::MakeCachedShared<Node>(Op::kDeviceData, Operands{}, std::move(shapes), std::move(a), std::move(data)), 0);
 }
 
 namespace {
@@ -532,7 +530,7 @@ Value Clamp(const Value& lo, const Value& x, const Value& hi) {
   return Make(Op::kClamp, {lo, x, hi}, x.shape());
 }
 
-Value BroadcastInDim(const Value& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& bdims) {
+Value BroadcastInDim(const Value& x, const Dims& out_dims, const Dims& bdims) {
   if (static_cast<int>(bdims.size()) != x.rank()) Fail("broadcast_in_dim: rank mismatch");
   for (size_t i = 0; i < bdims.size(); ++i) {
     int64_t od = bdims[i];
@@ -551,7 +549,7 @@ Value BroadcastInDim(const Value& x, const std::vector<int64_t>& out_dims, const
   return Make(Op::kBroadcastInDim, {x}, Shape(x.dtype(), out_dims), std::move(a));
 }
 
-Value Reshape(const Value& x, const std::vector<int64_t>& dims) {
+Value Reshape(const Value& x, const Dims& dims) {
   Shape s(x.dtype(), dims);
   if (s.numel() != x.shape().numel()) {
     Fail("shape '" + DimsToString(dims) + "' is invalid for input of size " + std::to_string(x.shape().numel()));
@@ -560,9 +558,9 @@ Value Reshape(const Value& x, const std::vector<int64_t>& dims) {
   return Make(Op::kReshape, {x}, s);
 }
 
-Value Transpose(const Value& x, const std::vector<int64_t>& perm) {
+Value Transpose(const Value& x, const Dims& perm) {
   if (static_cast<int>(perm.size()) != x.rank()) Fail("transpose: permutation rank mismatch");
-  std::vector<int64_t> dims(perm.size());
+  Dims dims(perm.size());
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) {
     dims[i] = x.dims()[perm[i]];
@@ -570,8 +568,8 @@ Value Transpose(const Value& x, const std::vector<int64_t>& perm) {
   }
   if (identity) return x;
   if (x.node->op == Op::kTranspose) {  // transpose(transpose(y, q), p) = transpose(y, q o p)
-    const std::vector<int64_t>& q = x.node->attrs.ints[0];
-    std::vector<int64_t> c(perm.size());
+    const Dims& q = x.node->attrs.ints[0];
+    Dims c(perm.size());
     for (size_t i = 0; i < perm.size(); ++i) c[i] = q[perm[i]];
     return Transpose(x.node->operands[0], c);
   }
@@ -634,7 +632,7 @@ Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& lo
   return Make(Op::kPad, {x, pad_value}, Shape(x.dtype(), std::move(dims)), std::move(a));
 }
 
-Value Reverse(const Value& x, const std::vector<int64_t>& dims) {
+Value Reverse(const Value& x, const Dims& dims) {
   if (dims.empty() || x.rank() == 0) return x;
   Attrs a;
   a.ints.push_back(NormalizeDims(dims, x.rank()));
@@ -655,7 +653,7 @@ Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<
   return Make(Op::kDynamicUpdateSlice, ops, x.shape());
 }
 
-Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims_in) {
+Value Reduce(ReduceKind kind, const Value& x, const Dims& dims_in) {
   std::vector<int64_t> dims = NormalizeDims(dims_in, x.rank());
   // Eager's sums start from +0.0, so a sum of -0.0 alone is +0.0; XLA computes init + x for two or
   // more elements but turns a reduction of one element into a reshape (keeping -0.0).
@@ -1063,7 +1061,7 @@ int64_t CheckGroups(const char* what, const std::vector<std::vector<int64_t>>& g
 
 Attrs CollectiveAttrs(const std::vector<std::vector<int64_t>>& groups, std::vector<int64_t> params) {
   Attrs a;
-  a.ints = groups;
+  a.ints.assign(groups.begin(), groups.end());
   a.ints.push_back(std::move(params));
   return a;
 }
@@ -1072,7 +1070,7 @@ Attrs CollectiveAttrs(const std::vector<std::vector<int64_t>>& groups, std::vect
 std::vector<std::vector<int64_t>> CollectiveGroups(const Attrs& a) {
   return std::vector<std::vector<int64_t>>(a.ints.begin(), a.ints.end() - 1);
 }
-const std::vector<int64_t>& CollectiveParams(const Attrs& a) { return a.ints.back(); }
+const Dims& CollectiveParams(const Attrs& a) { return a.ints.back(); }
 
 Value AllReduce(ReduceKind kind, const Value& x, const std::vector<std::vector<int64_t>>& groups) {
   CheckGroups("all_reduce", groups);

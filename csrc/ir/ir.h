@@ -11,6 +11,7 @@
 #include "ir/sharding.h"
 #include "runtime/runtime.h"
 #include "util/hash.h"
+#include "util/small_vec.h"
 
 namespace txla::ir {
 
@@ -25,11 +26,15 @@ bool IsIntegral(DType t, bool include_bool);
 bool IsUnsigned(DType t);   // u8.. and pred
 const char* DTypeName(DType t);  // StableHLO spelling
 
+// A shape's dimensions, inline up to rank 6 (util/small_vec.h): building and freeing shapes is most
+// of the small heap traffic of tracing otherwise (issue #12). Converts to a std::vector where needed.
+using Dims = util::SmallVec<int64_t, 6>;
+
 struct Shape {
   DType dtype = DType::kF32;
-  std::vector<int64_t> dims;
+  Dims dims;
   Shape() = default;
-  Shape(DType t, std::vector<int64_t> d) : dtype(t), dims(std::move(d)) {}
+  Shape(DType t, Dims d) : dtype(t), dims(std::move(d)) {}
   int rank() const { return static_cast<int>(dims.size()); }
   int64_t numel() const;
   std::string ToString() const;  // tensor<2x3xf32>
@@ -114,8 +119,9 @@ enum class ReduceKind : int64_t { kSum = 0, kProd, kMax, kMin, kAnd, kOr, kMaxRu
 enum class ArgKind : int64_t { kArgMax = 0, kArgMin };
 
 // Attributes: a few integer lists plus a scalar, interpreted per op (see builders).
+// (`ints` inline for the common single list: util/small_vec.h.)
 struct Attrs {
-  std::vector<std::vector<int64_t>> ints;
+  util::SmallVec<Dims, 1> ints;
   double f = 0;
   int64_t n = 0;
   std::string s;
@@ -133,15 +139,19 @@ struct Value {
   Value(NodePtr n, int i = 0) : node(std::move(n)), index(i) {}
   const Shape& shape() const;
   DType dtype() const { return shape().dtype; }
-  const std::vector<int64_t>& dims() const { return shape().dims; }
+  const Dims& dims() const { return shape().dims; }
   int rank() const { return shape().rank(); }
   explicit operator bool() const { return node != nullptr; }
 };
 
+// A node's operands and result shapes, inline up to the common sizes (util/small_vec.h).
+using Operands = util::SmallVec<Value, 3>;
+using Shapes = util::SmallVec<Shape, 1>;
+
 struct Node {
   Op op;
-  std::vector<Value> operands;
-  std::vector<Shape> shapes;
+  Operands operands;
+  Shapes shapes;
   Attrs attrs;
   DeviceDataPtr data;  // kDeviceData only
   Hash128 op_hash;     // op + attrs + output shapes (operands are hashed by the graph walk)
@@ -152,8 +162,7 @@ struct Node {
   // True when the node depends on a region parameter (it was built while tracing a loop body):
   // such a value only exists inside its loop and can never be synced on its own.
   bool in_region = false;
-  Node(Op op, std::vector<Value> operands, std::vector<Shape> shapes, Attrs attrs,
-       DeviceDataPtr data = nullptr);
+  Node(Op op, Operands operands, Shapes shapes, Attrs attrs, DeviceDataPtr data = nullptr);
   // Releases operand chains iteratively: dropping a graph of a 200k-op chain must not recurse
   // once per node (that overflowed the stack).
   ~Node();
@@ -202,18 +211,18 @@ Value Binary(Op op, const Value& a, const Value& b);
 Value Compare(CompareDir dir, const Value& a, const Value& b);
 Value Select(const Value& pred, const Value& on_true, const Value& on_false);
 Value Clamp(const Value& lo, const Value& x, const Value& hi);
-Value BroadcastInDim(const Value& x, const std::vector<int64_t>& out_dims, const std::vector<int64_t>& bdims);
-Value Reshape(const Value& x, const std::vector<int64_t>& dims);
-Value Transpose(const Value& x, const std::vector<int64_t>& perm);
+Value BroadcastInDim(const Value& x, const Dims& out_dims, const Dims& bdims);
+Value Reshape(const Value& x, const Dims& dims);
+Value Transpose(const Value& x, const Dims& perm);
 Value Slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
             const std::vector<int64_t>& strides);
 Value Concatenate(const std::vector<Value>& xs, int64_t dim);
 Value Pad(const Value& x, const Value& pad_value, const std::vector<int64_t>& low,
           const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
-Value Reverse(const Value& x, const std::vector<int64_t>& dims);
+Value Reverse(const Value& x, const Dims& dims);
 Value DynamicSlice(const Value& x, const std::vector<Value>& starts, const std::vector<int64_t>& sizes);
 Value DynamicUpdateSlice(const Value& x, const Value& update, const std::vector<Value>& starts);
-Value Reduce(ReduceKind kind, const Value& x, const std::vector<int64_t>& dims);
+Value Reduce(ReduceKind kind, const Value& x, const Dims& dims);
 // Returns (values, indices[i64]) reducing one dim, first occurrence wins ties.
 std::pair<Value, Value> ArgReduce(ArgKind kind, const Value& x, int64_t dim);
 Value ReduceWindow(ReduceKind kind, const Value& x, const Value& init, const std::vector<int64_t>& window,
@@ -280,7 +289,7 @@ Value ReduceScatter(ReduceKind kind, const Value& x, int64_t dim, const std::vec
 Value AllToAll(const Value& x, int64_t split_dim, int64_t concat_dim, const std::vector<std::vector<int64_t>>& groups);
 // Collective ops' attributes: ints = replica groups followed by one list of op parameters.
 std::vector<std::vector<int64_t>> CollectiveGroups(const Attrs& a);
-const std::vector<int64_t>& CollectiveParams(const Attrs& a);
+const Dims& CollectiveParams(const Attrs& a);
 
 // SPMD: x annotated with `sharding` (XLA's partitioner places the value so; the text is part of the
 // node hash, so a new sharding is a new graph).
@@ -342,6 +351,6 @@ std::vector<Value> HostCall(const std::string& kernel, const std::vector<Value>&
 // Helpers for ops code.
 std::vector<int64_t> NormalizeDims(std::vector<int64_t> dims, int rank);
 int64_t NormalizeDim(int64_t dim, int rank);
-std::string DimsToString(const std::vector<int64_t>& dims);
+std::string DimsToString(const Dims& dims);
 
 }  // namespace txla::ir

@@ -184,9 +184,9 @@ DType ResultType(const std::vector<const TensorArg*>& tensors, const std::vector
 DType FloatOf(DType t) { return ir::IsIntegral(t, true) ? DType::kF32 : t; }
 
 // ---------------------------------------------------------------- shapes
-std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+ir::Dims BroadcastShapes(const ir::Dims& a, const ir::Dims& b) {
   size_t n = std::max(a.size(), b.size());
-  std::vector<int64_t> out(n);
+  ir::Dims out(n);
   for (size_t i = 0; i < n; ++i) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
@@ -199,14 +199,12 @@ std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a, const std::v
   return out;
 }
 
-Value BroadcastTo(const Value& x, const std::vector<int64_t>& dims) {
+Value BroadcastTo(const Value& x, const ir::Dims& dims) {
   if (x.dims() == dims) return x;
   int off = static_cast<int>(dims.size()) - x.rank();
   if (off < 0) throw ir::ShapeError("cannot broadcast " + ir::DimsToString(x.dims()) + " to " + ir::DimsToString(dims));
   // Drop size-1 dims that need expanding so broadcast_in_dim sees exact sizes.
-  std::vector<int64_t> keep_dims, bdims;
-  keep_dims.reserve(x.rank());
-  bdims.reserve(x.rank());
+  ir::Dims keep_dims, bdims;
   for (int i = 0; i < x.rank(); ++i) {
     int64_t d = x.dims()[i], od = dims[i + off];
     if (d == od) {
@@ -294,7 +292,7 @@ Value Where(const Value& pred, const Value& a, const Value& b) {
   return ir::Select(BroadcastTo(pred, dims), BroadcastTo(a, dims), BroadcastTo(b, dims));
 }
 
-Value SumDims(const Value& x, const std::vector<int64_t>& dims_in, bool keepdim, DType out) {
+Value SumDims(const Value& x, const ir::Dims& dims_in, bool keepdim, DType out) {
   std::vector<int64_t> dims = dims_in;
   if (dims.empty()) {
     dims.resize(x.rank());
@@ -310,7 +308,7 @@ Value SumDims(const Value& x, const std::vector<int64_t>& dims_in, bool keepdim,
   return keepdim ? KeepDims(r, x.dims(), dims) : r;
 }
 
-Value KeepDims(const Value& reduced, const std::vector<int64_t>& in_dims, const std::vector<int64_t>& rdims) {
+Value KeepDims(const Value& reduced, const ir::Dims& in_dims, const ir::Dims& rdims) {
   if (in_dims.empty()) return reduced;
   std::vector<int64_t> shape = in_dims;
   for (int64_t d : rdims) shape[d] = 1;
@@ -321,7 +319,7 @@ Value Matmul2d(const Value& a, const Value& b) {
   return ir::DotGeneral(a, b, {}, {}, {1}, {0}, a.dtype());
 }
 
-Value PermuteDims(const Value& x, const std::vector<int64_t>& perm) {
+Value PermuteDims(const Value& x, const ir::Dims& perm) {
   return ir::Transpose(x, ir::NormalizeDims(perm, x.rank()));
 }
 
@@ -437,7 +435,7 @@ Value ResampleLast2(const Value& x, const Value& ah, const Value& aw) {
   return ir::Transpose(z, perm);
 }
 
-int64_t ProductOf(const std::vector<int64_t>& v) {
+int64_t ProductOf(const ir::Dims& v) {
   int64_t p = 1;
   for (auto x : v) p *= x;
   return p;

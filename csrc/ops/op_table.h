@@ -112,8 +112,8 @@ const OpRow* FindOp(const std::string& aten);
 DType PromoteTypes(DType a, DType b);
 // PyTorch's result_type over tensors (dim / zero-dim / wrapped priority) and scalars.
 DType ResultType(const std::vector<const TensorArg*>& tensors, const std::vector<const Scalar*>& scalars = {});
-std::vector<int64_t> BroadcastShapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
-Value BroadcastTo(const Value& x, const std::vector<int64_t>& dims);
+ir::Dims BroadcastShapes(const ir::Dims& a, const ir::Dims& b);
+Value BroadcastTo(const Value& x, const ir::Dims& dims);
 Value Cast(const Value& x, DType t);
 // Scalar as a graph value of type t (constant for 0/1, else a cached device input).
 Value ScalarV(const Scalar& s, DType t, int device);
@@ -123,15 +123,15 @@ Value Bin(ir::Op op, const Value& a, const Value& b);
 Value Cmp(ir::CompareDir d, const Value& a, const Value& b);
 Value Where(const Value& pred, const Value& a, const Value& b);
 DType FloatOf(DType t);  // integer/bool -> f32 (default dtype), floats unchanged
-Value SumDims(const Value& x, const std::vector<int64_t>& dims, bool keepdim, DType out);
-Value KeepDims(const Value& reduced, const std::vector<int64_t>& in_dims, const std::vector<int64_t>& reduced_dims);
+Value SumDims(const Value& x, const ir::Dims& dims, bool keepdim, DType out);
+Value KeepDims(const Value& reduced, const ir::Dims& in_dims, const ir::Dims& reduced_dims);
 Value Matmul2d(const Value& a, const Value& b);
-Value PermuteDims(const Value& x, const std::vector<int64_t>& perm);
+Value PermuteDims(const Value& x, const ir::Dims& perm);
 Value Softmax(const Value& x, int64_t dim, bool log);
 // Uniform [0,1) floats of shape s from the device RNG.
 Value RandomUniform(const ir::Shape& s, int device);
 Value RandomNormal(const ir::Shape& s, int device);
-int64_t ProductOf(const std::vector<int64_t>& v);
+int64_t ProductOf(const ir::Dims& v);
 // x[..., H, W] -> A_h x A_w^T over the last two dims (A_h: [Ho, H], A_w: [Wo, W]); resampling and
 // adaptive pooling, and their gradients with the transposed matrices.
 Value ResampleLast2(const Value& x, const Value& ah, const Value& aw);

@@ -647,7 +647,7 @@ void AddExtraRows(std::vector<OpRow>& rows) {
     DType t = mean ? mean->dtype() : std_t->dtype();
     if (mean && std_t && mean->dtype() != std_t->dtype()) throw NotLowered{};
     if (!ir::IsFloating(t)) throw NotLowered{};
-    std::vector<int64_t> dims = mean && std_t ? BroadcastShapes(mean->dims(), std_t->dims()) : mean ? mean->dims() : std_t->dims();
+    std::vector<int64_t> dims = mean && std_t ? BroadcastShapes(mean->dims(), std_t->dims()) : ir::Dims(mean ? mean->dims() : std_t->dims());
     if (mean && std_t && (mean->shape().numel() != std_t->shape().numel()) && dims != mean->dims()) throw NotLowered{};
     DType ct = t == DType::kF64 ? DType::kF64 : DType::kF32;
     if (std_t) {

@@ -71,7 +71,7 @@ Value GatherDim(const Value& x, int64_t dim, const Value& index) {
   Value coords = FullCoordinates(index, dim);
   std::vector<int64_t> ones(r, 1);
   Value g = ir::Gather(x, coords, {}, AllDims(r), AllDims(r), 1, ones);
-  return ir::Reshape(g, index.dims().empty() ? std::vector<int64_t>{} : index.dims());
+  return ir::Reshape(g, index.dims());
   (void)n;
 }
 
@@ -224,7 +224,7 @@ struct IndexPlan {
 
 IndexPlan PlanIndex(const Value& self, const std::vector<TensorArg>& indices, int device) {
   IndexPlan p;
-  std::vector<int64_t> shape;
+  ir::Dims shape;
   // Bool masks are not static-shape: the bridge sends those to the fallback (see RowKernel).
   for (size_t d = 0; d < indices.size(); ++d) {
     if (!indices[d].defined()) continue;

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/small_vec.h"
+
 namespace txla {
 
 struct Hash128 {
@@ -50,6 +52,13 @@ Hash128 HashAll(Hash128 h, const T& v, const Rest&... rest);
 
 template <typename T>
 inline Hash128 HashOne(Hash128 h, const std::vector<T>& v) {
+  h = HashCombine(h, static_cast<uint64_t>(v.size()) ^ 0xABCDULL);
+  for (const auto& x : v) h = HashOne(h, x);
+  return h;
+}
+// The same as a std::vector of the same elements.
+template <typename T, size_t N>
+inline Hash128 HashOne(Hash128 h, const util::SmallVec<T, N>& v) {
   h = HashCombine(h, static_cast<uint64_t>(v.size()) ^ 0xABCDULL);
   for (const auto& x : v) h = HashOne(h, x);
   return h;
