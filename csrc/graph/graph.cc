@@ -726,11 +726,44 @@ struct PostOrder {
   std::vector<const Node*> nodes;
   std::vector<const Node*> params;
   util::PtrIndex index;
+  PostOrder() = default;
+  PostOrder(PostOrder&&) = default;
+  PostOrder& operator=(PostOrder&&) = default;
+  // Leaves its buffers to the thread's next ComputePostOrder: a sync then makes no large allocation
+  // for them (each one makes glibc consolidate the small blocks the last graph freed; issue #12).
+  ~PostOrder();
 };
+
+namespace {
+struct PostOrderBuffers {
+  std::vector<const Node*> nodes, params;
+  util::PtrIndex index;
+};
+PostOrderBuffers& SparePostOrderBuffers() {
+  thread_local PostOrderBuffers b;
+  return b;
+}
+}  // namespace
+
+PostOrder::~PostOrder() {
+  PostOrderBuffers& b = SparePostOrderBuffers();
+  if (nodes.capacity() > b.nodes.capacity()) b.nodes.swap(nodes);
+  if (params.capacity() > b.params.capacity()) b.params.swap(params);
+  if (index.capacity() > b.index.capacity()) b.index.swap(index);
+}
 
 // Step 1: operands before users, device-data leaves collected as parameters.
 PostOrder ComputePostOrder(const std::vector<Value>& roots) {
   PostOrder po;
+  {
+    PostOrderBuffers& b = SparePostOrderBuffers();
+    po.nodes.swap(b.nodes);
+    po.params.swap(b.params);
+    po.index.swap(b.index);
+    po.nodes.clear();
+    po.params.clear();
+    po.index.clear();
+  }
   // Sized from the previous graph (steps repeat): no rehashing while the walk grows the index.
   static thread_local size_t last_size = 64, last_params = 16;
   po.index.reserve(last_size);
@@ -1043,9 +1076,25 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
                                                  const std::vector<Value>& roots, const PostOrder& po, bool ltc,
                                                  bool user) {
   std::vector<std::pair<int, int>> aliases;
-  std::unordered_map<const ir::DeviceData*, int> param_of;
-  for (size_t p = 0; p < po.params.size(); ++p) param_of[po.params[p]->data.get()] = static_cast<int>(p);
-  std::unordered_set<int> used_params, used_results;
+  // No per-entry allocations (issue #12): an open-addressing index and two flag arrays. Walked
+  // backwards, so a buffer held by two parameter nodes maps to the last one (as a map overwritten
+  // in order would).
+  util::PtrIndex param_of;
+  param_of.reserve(po.params.size());
+  for (size_t p = po.params.size(); p-- > 0;) {
+    if (po.params[p]->data) param_of.try_emplace(po.params[p]->data.get(), static_cast<int>(p));
+  }
+  struct Flags {
+    std::vector<char> on;
+    explicit Flags(size_t n) : on(n, 0) {}
+    bool count(int i) const { return on[static_cast<size_t>(i)] != 0; }
+    bool insert(int i) {  // true when newly set
+      if (on[static_cast<size_t>(i)]) return false;
+      on[static_cast<size_t>(i)] = 1;
+      return true;
+    }
+  };
+  Flags used_params(po.params.size()), used_results(roots.size());
   auto donate_to_any_result = [&](size_t p) {
     const ir::DeviceDataPtr& d = po.params[p]->data;
     for (size_t r = 0; r < roots.size(); ++r) {
@@ -1060,13 +1109,13 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
   for (size_t i = 0; i < tensors.size() && ltc; ++i) {
     const ir::DeviceDataPtr& d = tensors[i]->data();
     if (!d || !d->donatable || d.use_count() != 2) continue;  // the tensor's reference + the parameter node's
-    auto it = param_of.find(d.get());
-    if (it == param_of.end()) continue;
+    const int* param = param_of.find(d.get());
+    if (param == nullptr) continue;
     int result = root_of[i];
     if (roots[result].node->op == ir::Op::kDeviceData) continue;  // unchanged: nothing to donate to
     if (roots[result].shape() != d->shape) continue;
-    if (!used_params.insert(it->second).second || !used_results.insert(result).second) continue;
-    aliases.emplace_back(it->second, result);
+    if (!used_params.insert(*param) || !used_results.insert(result)) continue;
+    aliases.emplace_back(*param, result);
   }
   // Functionalization replaces a mutated tensor's inner value by a new tensor: the old buffer is
   // then held by the parameter node alone, and nothing can read it after this graph. Donate it to a
@@ -1075,19 +1124,20 @@ std::vector<std::pair<int, int>> DonatableInputs(const std::vector<TensorPtr>& t
   // p before the step, since p is still read after that result is written.
   auto orphan = [&](const ir::Node* n) -> int {
     if (n->op != ir::Op::kDeviceData) return -1;
-    auto it = param_of.find(n->data.get());
-    if (it == param_of.end() || used_params.count(it->second)) return -1;
+    const int* param = param_of.find(n->data.get());
+    if (param == nullptr || used_params.count(*param)) return -1;
     const ir::DeviceDataPtr& d = n->data;
-    return d && d->donatable && d.use_count() == 1 ? it->second : -1;
+    return d && d->donatable && d.use_count() == 1 ? *param : -1;
   };
   // Only worth the walk when some parameter is orphaned (a sync after an in-place update).
   bool any_orphan = false;
   for (size_t p = 0; p < po.params.size() && ltc && !any_orphan; ++p) any_orphan = orphan(po.params[p]) >= 0;
+  std::vector<const ir::Node*> frontier, next;
   for (size_t r = 0; r < roots.size() && any_orphan; ++r) {
     const ir::Node* root = roots[r].node.get();
     if (root->op == ir::Op::kDeviceData || used_results.count(static_cast<int>(r))) continue;
     // The parameters among the root's operands up to three levels up (an update's own inputs).
-    std::vector<const ir::Node*> frontier{root}, next;
+    frontier.assign(1, root);
     int found = -1;
     for (int depth = 0; depth < 3 && found < 0 && !frontier.empty(); ++depth) {
       next.clear();
@@ -1139,16 +1189,30 @@ void SyncDeviceOnce(std::vector<TensorPtr>& tensors, int device, const SyncOptio
   // Collect unique roots.
   std::vector<Value> roots;
   std::vector<int> root_of(tensors.size());
-  std::map<std::pair<const Node*, int>, int> root_index;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Value& v = tensors[i]->pending();
-    auto key = std::make_pair(v.node.get(), v.index);
-    auto it = root_index.find(key);
-    if (it == root_index.end()) {
-      it = root_index.emplace(key, static_cast<int>(roots.size())).first;
-      roots.push_back(v);
+  {
+    // (node, output) -> root: the first root of each node, then a chain through its other outputs.
+    util::PtrIndex first_root;
+    first_root.reserve(tensors.size());
+    std::vector<int> next_root;  // next root of the same node, or -1
+    roots.reserve(tensors.size());
+    next_root.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Value& v = tensors[i]->pending();
+      const int* first = first_root.find(v.node.get());
+      int r = first ? *first : -1, last = -1;
+      while (r >= 0 && roots[r].index != v.index) {
+        last = r;
+        r = next_root[r];
+      }
+      if (r < 0) {
+        r = static_cast<int>(roots.size());
+        roots.push_back(v);
+        next_root.push_back(-1);
+        if (last >= 0) next_root[last] = r;
+        else first_root.try_emplace(v.node.get(), r);
+      }
+      root_of[i] = r;
     }
-    root_of[i] = it->second;
   }
   size_t n_tensor_roots = roots.size();
   for (auto& c : checks) roots.push_back(c.pred);

@@ -2,9 +2,11 @@
 // allocates a node per entry, and a sync indexes every node of its graph (thousands per step).
 // Torch-free. Null pointers are not valid keys.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace txla::util {
@@ -16,6 +18,16 @@ class PtrIndex {
     if (2 * n > slots_.size()) Rehash(2 * n);
   }
   size_t size() const { return size_; }
+  size_t capacity() const { return slots_.size() / 2; }
+  // Empties the index, keeping its slots.
+  void clear() {
+    if (size_ != 0) std::fill(slots_.begin(), slots_.end(), Slot{});
+    size_ = 0;
+  }
+  void swap(PtrIndex& o) noexcept {
+    slots_.swap(o.slots_);
+    std::swap(size_, o.size_);
+  }
   bool count(const void* p) const { return find(p) != nullptr; }
   const int* find(const void* p) const {
     if (slots_.empty()) return nullptr;
