@@ -50,19 +50,17 @@ inline Hash128 HashAll(Hash128 h) { return h; }
 template <typename T, typename... Rest>
 Hash128 HashAll(Hash128 h, const T& v, const Rest&... rest);
 
+// A sequence: its length, then its elements. A SmallVec hashes as the std::vector of its elements.
+template <typename Seq>
+inline Hash128 HashSequence(Hash128 h, const Seq& v) {
+  h = HashCombine(h, static_cast<uint64_t>(v.size()) ^ 0xABCDULL);
+  for (const auto& x : v) h = HashOne(h, x);
+  return h;
+}
 template <typename T>
-inline Hash128 HashOne(Hash128 h, const std::vector<T>& v) {
-  h = HashCombine(h, static_cast<uint64_t>(v.size()) ^ 0xABCDULL);
-  for (const auto& x : v) h = HashOne(h, x);
-  return h;
-}
-// The same as a std::vector of the same elements.
+inline Hash128 HashOne(Hash128 h, const std::vector<T>& v) { return HashSequence(h, v); }
 template <typename T, size_t N>
-inline Hash128 HashOne(Hash128 h, const util::SmallVec<T, N>& v) {
-  h = HashCombine(h, static_cast<uint64_t>(v.size()) ^ 0xABCDULL);
-  for (const auto& x : v) h = HashOne(h, x);
-  return h;
-}
+inline Hash128 HashOne(Hash128 h, const util::SmallVec<T, N>& v) { return HashSequence(h, v); }
 template <typename T>
 inline Hash128 HashOne(Hash128 h, const T& v) { return HashCombine(h, HashValue(v)); }
 inline Hash128 HashOne(Hash128 h, const Hash128& v) { return HashCombine(h, v); }
